@@ -1,0 +1,250 @@
+package softroce
+
+import (
+	"encoding/binary"
+
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// completerState tracks acknowledgements and retries of the send queue.
+type completerState struct {
+	ackedPSN  uint32 // the newest PSN acknowledged; ackedPSN+1 is the oldest outstanding
+	retryLeft uint8  // retries left after timeouts and sequence NAKs, reset on progress
+	rnrLeft   uint8  // RNR retries left, reset on progress; 7 means forever
+
+	// rewound is set after a go-back-N to rewindPSN, so that a burst of
+	// evidence for the same loss rewinds only once.
+	rewound   bool
+	rewindPSN uint32
+
+	ackDeadline int64 // local ACK timeout (monotonic ns), 0 when not armed
+	rnrDeadline int64 // end of the RNR wait, 0 when not waiting
+	rnrPSN      uint32
+}
+
+// complete handles a response packet (ACK, NAK, READ response, atomic
+// ACK) addressed to this QP. The caller holds q.mu.
+func (q *QP) complete(pkt *wire.Packet) {
+	switch q.attr.State {
+	case verbs.QPSRTS, verbs.QPSSQD:
+	default:
+		q.count(cUnknownQP, 1)
+		return
+	}
+	psn := pkt.BTH.PSN()
+	// A response for a PSN never sent is bogus (or very stale): ignore it.
+	if psnDiff(psn, q.req.highPSN) >= 0 {
+		return
+	}
+	op := pkt.BTH.Opcode()
+	switch {
+	case op == wire.RCAcknowledge:
+		q.onAETH(psn, pkt.AETH.Syndrome())
+	case op == wire.RCAtomicAcknowledge:
+		q.onAtomicAck(psn, pkt)
+	case op.Flags().Has(wire.FlagRead | wire.FlagResponse):
+		q.onReadResponse(psn, op, pkt)
+	}
+	if q.attr.State == verbs.QPSRTS {
+		q.runRequester()
+	}
+}
+
+// onAETH handles an ACK or NAK.
+func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
+	switch syn.Kind() {
+	case wire.SyndromeACK:
+		q.ackUpTo(psn)
+	case wire.SyndromeRNR:
+		q.count(cRNRNAKsRecv, 1)
+		q.ackUpTo(psnAdd(psn, wire.PSNMask))
+		q.onRNR(psn, syn.Value())
+	case wire.SyndromeNAK:
+		q.ackUpTo(psnAdd(psn, wire.PSNMask))
+		if wire.NAKCode(syn.Value()) == wire.NAKPSNSeqErr {
+			q.count(cSeqNAKsRecv, 1)
+			if !q.req.rnrWait {
+				q.goBack(psn)
+			}
+			return
+		}
+		status := verbs.WCRemOpErr
+		switch wire.NAKCode(syn.Value()) {
+		case wire.NAKInvalidRequest:
+			status = verbs.WCRemInvReqErr
+		case wire.NAKRemoteAccess:
+			status = verbs.WCRemAccessErr
+		case wire.NAKInvalidRDRequest:
+			status = verbs.WCRemInvRDReqErr
+		}
+		q.fail(q.wqeAt(psn), status)
+	}
+}
+
+// wqeAt returns the index of the outstanding request that sent psn, or the
+// oldest outstanding request when none did.
+func (q *QP) wqeAt(psn uint32) uint32 {
+	for i := q.sqHead; i != q.sqNext; i++ {
+		if q.sq[i%uint32(len(q.sq))].containsPSN(psn) {
+			return i
+		}
+	}
+	return q.sqHead
+}
+
+// goBack rewinds to psn unless the same rewind is already under way.
+func (q *QP) goBack(psn uint32) {
+	if q.comp.rewound && q.comp.rewindPSN == psn {
+		return
+	}
+	if psnDiff(psn, q.req.nextPSN) >= 0 {
+		return // nothing sent at or after psn
+	}
+	q.comp.rewound = true
+	q.comp.rewindPSN = psn
+	q.retransmit(psn)
+	q.armAckTimerNow()
+}
+
+// ackUpTo records that every PSN up to and including psn arrived, and
+// retires the requests that are finished.
+func (q *QP) ackUpTo(psn uint32) {
+	if psnDiff(psn, q.comp.ackedPSN) > 0 && psnDiff(psn, q.req.highPSN) < 0 {
+		q.comp.ackedPSN = psn
+		q.progress()
+	}
+	q.retire()
+}
+
+// progress resets the retry counters and the ACK timer after the peer
+// showed it is alive and receiving.
+func (q *QP) progress() {
+	q.comp.retryLeft = q.attr.RetryCnt
+	q.comp.rnrLeft = q.attr.RNRRetry
+	q.comp.rewound = false
+	q.armAckTimerNow()
+}
+
+// retire completes finished requests in order from the head of the send
+// queue.
+func (q *QP) retire() {
+	for q.sqHead != q.sqNext {
+		w := &q.sq[q.sqHead%uint32(len(q.sq))]
+		if !w.started {
+			return
+		}
+		if w.isRdAtomic() {
+			if !w.done {
+				if psnDiff(w.lastPSN(), q.comp.ackedPSN) <= 0 {
+					// A later PSN was acknowledged, so the missing
+					// responses were lost: ask again.
+					q.goBack(psnAdd(w.firstPSN, w.readPkts))
+				}
+				return
+			}
+		} else if psnDiff(w.lastPSN(), q.comp.ackedPSN) > 0 {
+			return
+		}
+		if w.flags&verbs.SendSignaled != 0 {
+			wc := verbs.WC{WRID: w.id, Status: verbs.WCSuccess, Opcode: wcOpcode(w.opcode), QPN: q.qpn}
+			if w.opcode == verbs.WRRDMARead {
+				wc.ByteLen = uint32(w.length)
+			}
+			q.sendCQ.push(&wc)
+		}
+		q.sqHead++
+	}
+	if q.sqHead == q.sqNext && q.inflight() == 0 {
+		q.comp.ackDeadline = 0
+	}
+}
+
+// onReadResponse places one READ response packet.
+func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
+	idx := q.wqeAt(psn)
+	if idx == q.sqNext && q.sqHead == q.sqNext {
+		return
+	}
+	w := &q.sq[idx%uint32(len(q.sq))]
+	if w.opcode != verbs.WRRDMARead || !w.containsPSN(psn) || w.done {
+		return
+	}
+	if pkt.AETH != nil {
+		q.ackUpTo(psnAdd(w.firstPSN, wire.PSNMask))
+		if q.attr.State != verbs.QPSRTS {
+			return
+		}
+	}
+	want := psnAdd(w.firstPSN, w.readPkts)
+	if d := psnDiff(psn, want); d != 0 {
+		if d > 0 {
+			q.goBack(want) // an earlier response was lost
+		}
+		return
+	}
+	fl := op.Flags()
+	off := uint64(w.readPkts) * uint64(q.mtu)
+	rem := w.length - min(off, w.length)
+	n := uint64(len(pkt.Payload))
+	last := w.readPkts+1 == w.npkts
+	if fl.Has(wire.FlagLast) != last || fl.Has(wire.FlagFirst) != (w.readPkts == 0) ||
+		(last && n != rem) || (!last && n != uint64(q.mtu)) {
+		q.fail(idx, verbs.WCBadRespErr)
+		return
+	}
+	if n > 0 && !q.dev.scatter(q.pd, w.sgl, off, pkt.Payload) {
+		q.fail(idx, verbs.WCLocProtErr)
+		return
+	}
+	w.readPkts++
+	q.comp.ackedPSN = psn
+	q.progress()
+	if last {
+		w.done = true
+		q.req.rdAtomic--
+	}
+	q.retire()
+}
+
+// onAtomicAck stores an atomic's original value and completes it.
+func (q *QP) onAtomicAck(psn uint32, pkt *wire.Packet) {
+	q.ackUpTo(psnAdd(psn, wire.PSNMask))
+	if q.attr.State != verbs.QPSRTS || q.sqHead == q.sqNext {
+		return
+	}
+	idx := q.sqHead
+	w := &q.sq[idx%uint32(len(q.sq))]
+	if !w.isRdAtomic() || w.opcode == verbs.WRRDMARead || w.firstPSN != psn || w.done {
+		return
+	}
+	var orig [8]byte
+	binary.NativeEndian.PutUint64(orig[:], pkt.AtomicAckETH.OrigData())
+	if !q.dev.scatter(q.pd, w.sgl, 0, orig[:]) {
+		q.fail(idx, verbs.WCLocProtErr)
+		return
+	}
+	w.done = true
+	q.req.rdAtomic--
+	q.comp.ackedPSN = psn
+	q.progress()
+	q.retire()
+}
+
+// onRNR starts the RNR wait after an RNR NAK for psn, or fails the request
+// when its RNR retries are used up.
+func (q *QP) onRNR(psn uint32, timerCode uint8) {
+	if q.comp.rnrLeft == 0 {
+		q.count(cRNRRetryExceeded, 1)
+		q.fail(q.wqeAt(psn), verbs.WCRNRRetryExcErr)
+		return
+	}
+	if q.comp.rnrLeft != 7 {
+		q.comp.rnrLeft--
+	}
+	q.req.rnrWait = true
+	q.comp.rnrPSN = psn
+	q.comp.ackDeadline = 0
+	q.comp.rnrDeadline = nanotime() + rnrTimeout(timerCode)
+	q.armTimer()
+}

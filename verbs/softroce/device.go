@@ -1,0 +1,217 @@
+package softroce
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// ProviderName is what Device.Provider returns.
+const ProviderName = "softroce"
+
+// maxHeaderLen bounds BTH plus extension headers of any RC packet.
+const maxHeaderLen = wire.BTHLen + wire.AtomicETHLen
+
+// maxPacketLen bounds a packet buffer: headers, a 4096-byte payload, and the ICRC.
+const maxPacketLen = maxHeaderLen + 4096 + wire.ICRCLen
+
+// Config configures a Device.
+type Config struct {
+	// Name is the device name; default "softroce0".
+	Name string
+	// Link carries the packets. The device owns it and closes it on Close.
+	Link link.Link
+	// MaxMTU is the largest path MTU the link carries; default MTU4096.
+	MaxMTU verbs.MTU
+	// MaxInflight bounds each QP's unacknowledged request packets;
+	// default 512.
+	MaxInflight int
+	// RecvBatch is how many packets the receive loop takes per call;
+	// default 64.
+	RecvBatch int
+}
+
+// Device is a soft-RoCE device: one link, its QPs, MRs and CQs.
+type Device struct {
+	name        string
+	link        link.Link
+	port        verbs.PortAttr
+	maxInflight int
+
+	stats counters
+
+	mrMu  sync.RWMutex
+	lkeys map[uint32]*MR
+	rkeys map[uint32]*MR
+
+	qpMu    sync.RWMutex
+	qps     map[uint32]*QP
+	nextQPN uint32
+
+	objMu  sync.Mutex
+	cqs    map[*CQ]struct{}
+	closed atomic.Bool
+
+	// atomicMu serialises atomic operations executed by responders.
+	atomicMu sync.Mutex
+
+	rx     *receiver
+	rxDone chan struct{}
+}
+
+var _ verbs.Device = (*Device)(nil)
+
+// Open starts a device on cfg.Link.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Link == nil {
+		return nil, fmt.Errorf("softroce: no link: %w", verbs.ErrInvalidArgument)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "softroce0"
+	}
+	if cfg.MaxMTU == 0 {
+		cfg.MaxMTU = verbs.MTU4096
+	}
+	if cfg.MaxMTU.Bytes() == 0 {
+		return nil, fmt.Errorf("softroce: MTU %v: %w", cfg.MaxMTU, verbs.ErrInvalidArgument)
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 512
+	}
+	if cfg.MaxInflight > 1<<20 {
+		return nil, fmt.Errorf("softroce: MaxInflight %d: %w", cfg.MaxInflight, verbs.ErrInvalidArgument)
+	}
+	if cfg.RecvBatch <= 0 {
+		cfg.RecvBatch = 64
+	}
+	local := cfg.Link.LocalAddr()
+	d := &Device{
+		name:        cfg.Name,
+		link:        cfg.Link,
+		maxInflight: cfg.MaxInflight,
+		lkeys:       make(map[uint32]*MR),
+		rkeys:       make(map[uint32]*MR),
+		qps:         make(map[uint32]*QP),
+		nextQPN:     0x11,
+		cqs:         make(map[*CQ]struct{}),
+		rxDone:      make(chan struct{}),
+		port: verbs.PortAttr{
+			State:     verbs.PortActive,
+			MaxMTU:    cfg.MaxMTU,
+			ActiveMTU: cfg.MaxMTU,
+			GIDs:      []verbs.GID{verbs.GIDFromAddr(local.Addr())},
+		},
+	}
+	d.rx = newReceiver(d, cfg.RecvBatch)
+	go d.rx.loop()
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// Provider returns "softroce".
+func (d *Device) Provider() string { return ProviderName }
+
+// Link returns the link's name, e.g. "udp".
+func (d *Device) Link() string { return d.link.Name() }
+
+// LocalAddr is the link address that peers send to. Its port goes into
+// AH.DPort at the peer when it is not 4791.
+func (d *Device) LocalAddr() netip.AddrPort { return d.link.LocalAddr() }
+
+// Port describes the device's port and GID table.
+func (d *Device) Port() verbs.PortAttr {
+	p := d.port
+	p.GIDs = append([]verbs.GID(nil), p.GIDs...)
+	if d.closed.Load() {
+		p.State = verbs.PortDown
+	}
+	return p
+}
+
+// Counters returns a snapshot of the device statistics.
+func (d *Device) Counters() verbs.Counters { return d.stats.snapshot() }
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (verbs.PD, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	return &PD{dev: d}, nil
+}
+
+// CreateCQ creates a completion queue.
+func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
+	if depth <= 0 || depth > 1<<22 {
+		return nil, fmt.Errorf("softroce: CQ depth %d: %w", depth, verbs.ErrInvalidArgument)
+	}
+	d.objMu.Lock()
+	defer d.objMu.Unlock()
+	if d.closed.Load() {
+		return nil, verbs.ErrClosed
+	}
+	c := newCQ(d, depth)
+	d.cqs[c] = struct{}{}
+	return c, nil
+}
+
+// Close destroys every QP, MR and CQ of the device, stops its receive loop
+// and closes the link. It is idempotent.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	err := d.link.Close()
+	<-d.rxDone
+	d.qpMu.Lock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.qpMu.Unlock()
+	for _, q := range qps {
+		q.Close()
+	}
+	d.mrMu.Lock()
+	for _, m := range d.lkeys {
+		m.dead = true
+	}
+	clear(d.lkeys)
+	clear(d.rkeys)
+	d.mrMu.Unlock()
+	d.objMu.Lock()
+	for c := range d.cqs {
+		c.close()
+	}
+	clear(d.cqs)
+	d.objMu.Unlock()
+	if errors.Is(err, link.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// lookupQP returns the QP numbered qpn, or nil.
+func (d *Device) lookupQP(qpn uint32) *QP {
+	d.qpMu.RLock()
+	q := d.qps[qpn]
+	d.qpMu.RUnlock()
+	return q
+}
+
+// send hands packets to the link and counts them.
+func (d *Device) send(pkts []link.Packet) {
+	if len(pkts) == 0 {
+		return
+	}
+	if err := d.link.Send(pkts); err == nil {
+		d.stats.add(cSentPackets, uint64(len(pkts)))
+	}
+}

@@ -1,0 +1,107 @@
+package softroce
+
+import (
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// receiver is the device's receive loop: it reads packets in batches,
+// dispatches each to its QP's responder or completer, then sends the
+// responses and coalesced ACKs the batch produced.
+type receiver struct {
+	d    *Device
+	in   []link.Packet
+	out  []link.Packet
+	outN int
+	owed []*QP // QPs that owe a coalesced ACK
+}
+
+func newReceiver(d *Device, batch int) *receiver {
+	rx := &receiver{d: d, in: make([]link.Packet, batch), out: make([]link.Packet, batch), owed: make([]*QP, 0, 64)}
+	for _, ps := range [][]link.Packet{rx.in, rx.out} {
+		mem := make([]byte, len(ps)*maxPacketLen)
+		for i := range ps {
+			ps[i].Buf = mem[i*maxPacketLen : (i+1)*maxPacketLen : (i+1)*maxPacketLen]
+		}
+	}
+	return rx
+}
+
+func (rx *receiver) loop() {
+	defer close(rx.d.rxDone)
+	for {
+		n, err := rx.d.link.Recv(rx.in)
+		if err != nil {
+			return
+		}
+		rx.d.stats.add(cRecvPackets, uint64(n))
+		for i := range rx.in[:n] {
+			rx.handle(&rx.in[i])
+		}
+		for i, q := range rx.owed {
+			q.mu.Lock()
+			q.sendOwedAck(rx)
+			q.mu.Unlock()
+			rx.owed[i] = nil
+		}
+		rx.owed = rx.owed[:0]
+		rx.flush()
+	}
+}
+
+// handle checks one packet and hands it to its QP.
+func (rx *receiver) handle(p *link.Packet) {
+	d := rx.d
+	switch p.ICRC {
+	case link.ICRCBad:
+		d.stats.add(cICRCErrors, 1)
+		return
+	case link.ICRCUnverified:
+		d.stats.add(cICRCUnverified, 1)
+	}
+	pkt, err := wire.Parse(p.Bytes())
+	if err != nil || pkt.BTH.PKey()&0x7fff != 0x7fff {
+		d.stats.add(cMalformed, 1)
+		return
+	}
+	q := d.lookupQP(pkt.BTH.DestQP())
+	if q == nil {
+		d.stats.add(cUnknownQP, 1)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		d.stats.add(cUnknownQP, 1)
+		return
+	}
+	if !q.peer.IsValid() || !q.fromPeer(p.Addr) {
+		q.count(cWrongPeer, 1)
+		return
+	}
+	q.stats.add(cRecvPackets, 1)
+	if pkt.BTH.Opcode().Flags().Has(wire.FlagRequest) {
+		q.respond(&pkt, rx)
+	} else {
+		q.complete(&pkt)
+	}
+}
+
+// packet returns the next response buffer, sending the full batch first.
+func (rx *receiver) packet() *link.Packet {
+	if rx.outN == len(rx.out) {
+		rx.flush()
+	}
+	p := &rx.out[rx.outN]
+	rx.outN++
+	return p
+}
+
+// unget returns the last buffer from packet unused.
+func (rx *receiver) unget() { rx.outN-- }
+
+// flush sends the responses built so far.
+func (rx *receiver) flush() {
+	rx.d.send(rx.out[:rx.outN])
+	rx.outN = 0
+}

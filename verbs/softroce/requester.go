@@ -1,0 +1,302 @@
+package softroce
+
+import (
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// requesterState is the transmit side of the send queue.
+type requesterState struct {
+	nextPSN  uint32 // PSN of the next request packet
+	highPSN  uint32 // one past the highest PSN ever sent; below it, sends are retransmissions
+	curOff   uint64 // bytes of the WQE at sqNext already segmented
+	sinceAck int    // packets since the last AckReq
+	rdAtomic int    // READs and atomics started and not finished
+	rnrWait  bool   // paused until the RNR timer fires
+}
+
+// inflight is the number of PSNs sent and not yet acknowledged.
+func (q *QP) inflight() int {
+	return int(psnDiff(q.req.nextPSN, psnAdd(q.comp.ackedPSN, 1)))
+}
+
+// runRequester transmits queued requests while the window allows. The
+// caller holds q.mu.
+func (q *QP) runRequester() {
+	if q.attr.State != verbs.QPSRTS || q.req.rnrWait {
+		return
+	}
+	sent := false
+	for q.sqNext != q.sqTail {
+		idx := q.sqNext
+		w := &q.sq[idx%uint32(len(q.sq))]
+		if !w.started {
+			if !q.startWQE(w) {
+				break
+			}
+		} else if q.req.curOff == 0 && !w.isRdAtomic() {
+			q.req.nextPSN = w.firstPSN
+		}
+		if w.isRdAtomic() && w.done {
+			// Finished before a go-back-N rewind reached it.
+			q.req.nextPSN = psnAdd(w.lastPSN(), 1)
+			q.sqNext++
+			continue
+		}
+		if !q.emitWQE(idx, w) {
+			sent = true
+			break
+		}
+		sent = true
+		if q.attr.State != verbs.QPSRTS {
+			return
+		}
+	}
+	q.flushTx()
+	if sent && q.comp.ackDeadline == 0 {
+		q.armAckTimer()
+	}
+}
+
+// startWQE assigns PSNs to a request transmitted for the first time, or
+// reports false when the window, fence or read/atomic limit holds it back.
+func (q *QP) startWQE(w *sendWQE) bool {
+	mtu := uint64(q.mtu)
+	switch {
+	case w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAdd:
+		w.npkts = 1
+	case w.length == 0:
+		w.npkts = 1
+	default:
+		w.npkts = uint32((w.length + mtu - 1) / mtu)
+	}
+	if w.flags&verbs.SendFence != 0 && q.req.rdAtomic > 0 {
+		return false
+	}
+	if w.isRdAtomic() && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
+		return false
+	}
+	if n := q.inflight(); n > 0 && w.isRdAtomic() && n+int(w.npkts) > q.dev.maxInflight {
+		return false
+	}
+	if q.inflight() >= q.dev.maxInflight {
+		return false
+	}
+	w.started = true
+	w.firstPSN = q.req.nextPSN
+	q.req.curOff = 0
+	if w.isRdAtomic() {
+		q.req.rdAtomic++
+	}
+	return true
+}
+
+// emitWQE builds the packets of the request at sqNext. It returns true
+// when the request is fully transmitted and sqNext moved on, false when the
+// window filled first.
+func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
+	switch w.opcode {
+	case verbs.WRRDMARead:
+		q.emitRead(w)
+		q.sqNext++
+		return true
+	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
+		q.emitAtomic(w)
+		q.sqNext++
+		return true
+	}
+	mtu := uint64(q.mtu)
+	for {
+		if q.inflight() >= q.dev.maxInflight {
+			return false
+		}
+		off := q.req.curOff
+		n := min(w.length-off, mtu)
+		first, last := off == 0, off+n == w.length
+		op := dataOpcode(w.opcode, first, last)
+		fl := op.Flags()
+		p := q.txPacket()
+		hlen := op.HeaderLen()
+		pad := wire.PadFor(int(n))
+		total := hlen + int(n) + pad
+		b := p.Buf[:total]
+		psn := q.req.nextPSN
+		q.req.sinceAck++
+		ackReq := last || q.req.sinceAck >= ackReqPeriod || q.inflight()+1 >= q.dev.maxInflight
+		if ackReq {
+			q.req.sinceAck = 0
+		}
+		wire.BTH(b).Encode(&wire.BTHFields{
+			Opcode:    op,
+			Solicited: last && w.flags&verbs.SendSolicited != 0,
+			MigReq:    true,
+			PadCount:  uint8(pad),
+			PKey:      wire.DefaultPKey,
+			DestQP:    q.attr.DestQPN,
+			AckReq:    ackReq,
+			PSN:       psn,
+		})
+		h := wire.BTHLen
+		if fl.Has(wire.FlagRETH) {
+			wire.RETH(b[h:]).Encode(w.raddr, w.rkey, uint32(w.length))
+			h += wire.RETHLen
+		}
+		if fl.Has(wire.FlagImm) {
+			wire.ImmDt(b[h:]).Set(w.imm)
+			h += wire.ImmDtLen
+		}
+		payload := b[h : h+int(n)]
+		if w.flags&verbs.SendInline != 0 {
+			copy(payload, w.inline[off:off+n])
+		} else if !q.dev.gather(q.pd, w.sgl, off, payload) {
+			q.txN--
+			q.fail(idx, verbs.WCLocProtErr)
+			return false
+		}
+		clear(b[h+int(n):])
+		p.N = total
+		p.Addr = q.peer
+		q.notePSNSent(psn)
+		q.req.nextPSN = psnAdd(psn, 1)
+		q.req.curOff = off + n
+		if last {
+			q.req.curOff = 0
+			q.sqNext++
+			return true
+		}
+	}
+}
+
+// emitRead sends a READ request for the part of the read not yet received.
+func (q *QP) emitRead(w *sendWQE) {
+	off := uint64(w.readPkts) * uint64(q.mtu)
+	psn := psnAdd(w.firstPSN, w.readPkts)
+	p := q.txPacket()
+	b := p.Buf[:wire.BTHLen+wire.RETHLen]
+	wire.BTH(b).Encode(&wire.BTHFields{
+		Opcode: wire.RCReadRequest, MigReq: true, PKey: wire.DefaultPKey,
+		DestQP: q.attr.DestQPN, AckReq: true, PSN: psn,
+	})
+	wire.RETH(b[wire.BTHLen:]).Encode(w.raddr+off, w.rkey, uint32(w.length-min(off, w.length)))
+	p.N = len(b)
+	p.Addr = q.peer
+	q.notePSNSent(psn)
+	q.req.nextPSN = psnAdd(w.lastPSN(), 1)
+	q.req.sinceAck = 0
+}
+
+// emitAtomic sends a CMP_AND_SWP or FETCH_AND_ADD request.
+func (q *QP) emitAtomic(w *sendWQE) {
+	op := wire.RCFetchAdd
+	if w.opcode == verbs.WRAtomicCmpAndSwp {
+		op = wire.RCCompareSwap
+	}
+	p := q.txPacket()
+	b := p.Buf[:wire.BTHLen+wire.AtomicETHLen]
+	wire.BTH(b).Encode(&wire.BTHFields{
+		Opcode: op, MigReq: true, PKey: wire.DefaultPKey,
+		DestQP: q.attr.DestQPN, AckReq: true, PSN: w.firstPSN,
+	})
+	wire.AtomicETH(b[wire.BTHLen:]).Encode(w.raddr, w.rkey, w.swapOrAdd(), w.compareAdd)
+	p.N = len(b)
+	p.Addr = q.peer
+	q.notePSNSent(w.firstPSN)
+	q.req.nextPSN = psnAdd(w.firstPSN, 1)
+	q.req.sinceAck = 0
+}
+
+// swapOrAdd is the AtomicETH Swap/Add field: the swap value of
+// CMP_AND_SWP, the addend of FETCH_AND_ADD.
+func (w *sendWQE) swapOrAdd() uint64 {
+	if w.opcode == verbs.WRAtomicCmpAndSwp {
+		return w.swap
+	}
+	return w.compareAdd
+}
+
+// notePSNSent counts retransmissions and advances highPSN.
+func (q *QP) notePSNSent(psn uint32) {
+	if psnDiff(psn, q.req.highPSN) < 0 {
+		q.count(cRetransmits, 1)
+		return
+	}
+	q.req.highPSN = psnAdd(psn, 1)
+}
+
+// dataOpcode picks the opcode of one packet of a SEND or RDMA WRITE.
+func dataOpcode(op verbs.WROpcode, first, last bool) wire.Opcode {
+	imm := op == verbs.WRSendWithImm || op == verbs.WRRDMAWriteWithImm
+	if op == verbs.WRSend || op == verbs.WRSendWithImm {
+		switch {
+		case first && last && imm:
+			return wire.RCSendOnlyImm
+		case first && last:
+			return wire.RCSendOnly
+		case first:
+			return wire.RCSendFirst
+		case last && imm:
+			return wire.RCSendLastImm
+		case last:
+			return wire.RCSendLast
+		}
+		return wire.RCSendMiddle
+	}
+	switch {
+	case first && last && imm:
+		return wire.RCWriteOnlyImm
+	case first && last:
+		return wire.RCWriteOnly
+	case first:
+		return wire.RCWriteFirst
+	case last && imm:
+		return wire.RCWriteLastImm
+	case last:
+		return wire.RCWriteLast
+	}
+	return wire.RCWriteMiddle
+}
+
+// txPacket returns the next free request packet buffer, sending the batch
+// first when it is full.
+func (q *QP) txPacket() *link.Packet {
+	if q.txN == len(q.tx) {
+		q.flushTx()
+	}
+	p := &q.tx[q.txN]
+	q.txN++
+	return p
+}
+
+// flushTx sends the request packets built so far.
+func (q *QP) flushTx() {
+	if q.txN == 0 {
+		return
+	}
+	q.dev.send(q.tx[:q.txN])
+	q.txN = 0
+}
+
+// retransmit rewinds the requester to psn (go-back-N). Requests after it
+// are sent again with the same PSNs.
+func (q *QP) retransmit(psn uint32) {
+	for i := q.sqHead; i != q.sqTail; i++ {
+		w := &q.sq[i%uint32(len(q.sq))]
+		if !w.started {
+			break
+		}
+		if !w.containsPSN(psn) {
+			continue
+		}
+		q.sqNext = i
+		q.req.nextPSN = psn
+		q.req.curOff = 0
+		switch {
+		case w.opcode == verbs.WRRDMARead:
+			w.readPkts = uint32(psnDiff(psn, w.firstPSN))
+		case !w.isRdAtomic():
+			q.req.curOff = uint64(psnDiff(psn, w.firstPSN)) * uint64(q.mtu)
+		}
+		return
+	}
+}

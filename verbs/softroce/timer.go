@@ -1,0 +1,119 @@
+package softroce
+
+import (
+	"time"
+
+	"github.com/rsock-go/rsock/verbs"
+)
+
+// Each QP has one runtime timer (time.AfterFunc, part of the runtime's
+// single timer heap, with no goroutine until it fires). Deadlines are kept
+// in the QP and the timer is re-armed lazily: moving a deadline later does
+// not touch the timer; when it fires early it re-arms for what is left.
+
+var epoch = time.Now()
+
+// nanotime is monotonic time in nanoseconds.
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// ackTimeout is the local ACK timeout of IBA 9.7.6.1.3: 4.096 µs × 2^t; 0 disables it.
+func ackTimeout(t uint8) int64 {
+	if t == 0 {
+		return 0
+	}
+	return 4096 << t
+}
+
+// rnrTimes are the RNR NAK timer values of IBA table 45, in microseconds.
+var rnrTimes = [32]int64{
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880,
+	163840, 245760, 327680, 491520,
+}
+
+// rnrTimeout decodes an RNR timer code into nanoseconds.
+func rnrTimeout(code uint8) int64 { return rnrTimes[code&31] * 1000 }
+
+// armAckTimer starts the local ACK timeout if it is enabled.
+func (q *QP) armAckTimer() {
+	if q.attr.State != verbs.QPSRTS {
+		return
+	}
+	t := ackTimeout(q.attr.Timeout)
+	if t == 0 {
+		return
+	}
+	q.comp.ackDeadline = nanotime() + t
+	q.armTimer()
+}
+
+// armAckTimerNow restarts the local ACK timeout while requests are
+// outstanding, and stops it otherwise.
+func (q *QP) armAckTimerNow() {
+	if q.sqHead == q.sqNext && q.inflight() == 0 {
+		q.comp.ackDeadline = 0
+		return
+	}
+	q.armAckTimer()
+}
+
+// armTimer makes sure the timer fires no later than the nearest deadline.
+func (q *QP) armTimer() {
+	next := q.comp.ackDeadline
+	if r := q.comp.rnrDeadline; r != 0 && (next == 0 || r < next) {
+		next = r
+	}
+	if next == 0 || q.closed {
+		return
+	}
+	if q.timerAt != 0 && q.timerAt <= next {
+		return
+	}
+	q.timerAt = next
+	q.timer.Reset(time.Duration(next - nanotime()))
+}
+
+func (q *QP) stopTimer() {
+	q.timer.Stop()
+	q.timerAt = 0
+	q.comp.ackDeadline = 0
+	q.comp.rnrDeadline = 0
+}
+
+// onTimer runs when the QP's timer fires: it ends an RNR wait, or handles
+// a local ACK timeout with a go-back-N retry or, when retries are used up,
+// a WCRetryExcErr completion.
+func (q *QP) onTimer() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.timerAt = 0
+	if q.closed || q.attr.State != verbs.QPSRTS {
+		return
+	}
+	now := nanotime()
+	if d := q.comp.rnrDeadline; d != 0 && now >= d {
+		q.comp.rnrDeadline = 0
+		q.req.rnrWait = false
+		q.comp.rewound = false
+		q.retransmit(q.comp.rnrPSN)
+		q.armAckTimerNow()
+		q.runRequester()
+	}
+	if d := q.comp.ackDeadline; d != 0 && now >= d {
+		q.comp.ackDeadline = 0
+		if q.sqHead != q.sqNext || q.inflight() > 0 {
+			q.count(cTimeouts, 1)
+			if q.comp.retryLeft == 0 {
+				q.count(cRetryExceeded, 1)
+				q.fail(q.sqHead, verbs.WCRetryExcErr)
+				return
+			}
+			q.comp.retryLeft--
+			q.comp.rewound = false
+			q.retransmit(psnAdd(q.comp.ackedPSN, 1))
+			q.armAckTimer()
+			q.runRequester()
+		}
+	}
+	q.armTimer()
+}

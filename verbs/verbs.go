@@ -1,0 +1,108 @@
+package verbs
+
+import "context"
+
+// Device is an opened RDMA device (ibv_context). All of its objects are
+// released when it is closed.
+type Device interface {
+	// Name is the device name, e.g. "softroce0" or "rxe0".
+	Name() string
+	// Provider names the provider: "softroce" or "rdmacore".
+	Provider() string
+	// Link names how packets travel: "udp", "pipe", "dpdk", or "ib"/"roce" for hardware.
+	Link() string
+	// Port describes the device's (single) port, including its GID table.
+	Port() PortAttr
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue with room for at least depth completions.
+	CreateCQ(depth int) (CQ, error)
+	// Counters returns a snapshot of the device's statistics.
+	Counters() Counters
+	// Close destroys every object of the device. It is idempotent.
+	Close() error
+}
+
+// PD is a protection domain: MRs and QPs of one PD are reachable only from
+// each other.
+type PD interface {
+	// RegMR registers buf, which must not move or be freed until the MR is
+	// closed (use AllocBuffer).
+	RegMR(buf []byte, access Access) (MR, error)
+	// CreateQP creates an RC queue pair in the RESET state.
+	CreateQP(attr *QPInitAttr) (QP, error)
+	// Close deallocates the PD. It fails with ErrBusy while MRs or QPs use it.
+	Close() error
+}
+
+// MR is a registered memory region.
+type MR interface {
+	// Buf is the registered memory.
+	Buf() []byte
+	// Addr is the virtual address of Buf[0], as used in SGEs and by peers.
+	Addr() uint64
+	LKey() uint32
+	RKey() uint32
+	Access() Access
+	// Close deregisters the region. After it returns no device access to
+	// the memory is in progress or will start. It is idempotent.
+	Close() error
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	// Poll moves up to len(wcs) completions into wcs and returns how many.
+	// It returns ErrCQOverrun (with the completions it has) once
+	// completions were lost to a full queue.
+	Poll(wcs []WC) (int, error)
+	// Wait blocks until the CQ holds a completion, ctx ends (ctx.Err()),
+	// or the CQ is closed (ErrClosed).
+	Wait(ctx context.Context) error
+	// Close destroys the CQ. It is idempotent.
+	Close() error
+}
+
+// QP is a reliable-connected queue pair.
+type QP interface {
+	// QPN is the queue pair number.
+	QPN() uint32
+	// State is the current state.
+	State() QPState
+	// Query returns the current attributes.
+	Query() QPAttr
+	// Modify applies the attributes selected by mask; with AttrState in
+	// mask it moves the QP to attr.State (see CheckTransition).
+	Modify(attr *QPAttr, mask QPAttrMask) error
+	// PostSend queues send work requests in order. It returns
+	// ErrQueueFull, leaving the rest unposted, when the send queue is full,
+	// and ErrInvalidState before RTS. In ERR the requests complete at once
+	// with WCWRFlushErr. It does not allocate.
+	PostSend(wrs []SendWR) (posted int, err error)
+	// PostRecv queues receive work requests, as PostSend.
+	PostRecv(wrs []RecvWR) (posted int, err error)
+	// Close destroys the QP; outstanding requests are not completed.
+	// It is idempotent.
+	Close() error
+}
+
+// Counters are device statistics, named after rxe's hw_counters.
+type Counters struct {
+	SentPackets      uint64 // packets handed to the link
+	RecvPackets      uint64 // packets received from the link
+	Retransmits      uint64 // request packets sent again (go-back-N)
+	Timeouts         uint64 // local ACK timeouts
+	SeqNAKsSent      uint64 // PSN sequence NAKs sent (out_of_seq_request)
+	SeqNAKsRecv      uint64 // PSN sequence NAKs received (rcvd_seq_err)
+	RNRNAKsSent      uint64 // RNR NAKs sent (send_rnr_err)
+	RNRNAKsRecv      uint64 // RNR NAKs received (rcvd_rnr_err)
+	ICRCErrors       uint64 // packets dropped for a bad ICRC
+	ICRCUnverified   uint64 // packets accepted whose ICRC the link could not check
+	Duplicates       uint64 // duplicate requests answered (duplicate_request)
+	AccessErrors     uint64 // remote access NAKs sent
+	Malformed        uint64 // packets that did not parse
+	UnknownQP        uint64 // packets for no QP, or for a QP not ready
+	WrongPeer        uint64 // packets from an address other than the QP's peer
+	RetryExceeded    uint64 // retry_exceeded_err
+	RNRRetryExceeded uint64 // retry_rnr_exceeded_err
+	CQOverruns       uint64 // completions lost to a full CQ
+}
