@@ -188,8 +188,9 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 	rem := w.length - min(off, w.length)
 	n := uint64(len(pkt.Payload))
 	last := w.readPkts+1 == w.npkts
-	if fl.Has(wire.FlagLast) != last || fl.Has(wire.FlagFirst) != (w.readPkts == 0) ||
-		(last && n != rem) || (!last && n != uint64(q.mtu)) {
+	// A retried READ is answered as a new response sequence, so a FIRST
+	// or ONLY may continue a read; only the end must match.
+	if fl.Has(wire.FlagLast) != last || (last && n != rem) || (!last && n != uint64(q.mtu)) {
 		q.fail(idx, verbs.WCBadRespErr)
 		return
 	}

@@ -182,6 +182,10 @@ func (q *QP) emitRead(w *sendWQE) {
 	p.N = len(b)
 	p.Addr = q.peer
 	q.notePSNSent(psn)
+	// The request consumes a PSN for each response packet.
+	if end := psnAdd(w.lastPSN(), 1); psnDiff(end, q.req.highPSN) > 0 {
+		q.req.highPSN = end
+	}
 	q.req.nextPSN = psnAdd(w.lastPSN(), 1)
 	q.req.sinceAck = 0
 }
