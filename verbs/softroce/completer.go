@@ -18,6 +18,14 @@ type completerState struct {
 	rewound   bool
 	rewindPSN uint32
 
+	win sendWindow // congestion window
+
+	// readWait is set after a READ was asked again from readPSN: gaps are
+	// ignored until the new response stream starts, since responses to
+	// the old request still arrive beyond the gap.
+	readWait bool
+	readPSN  uint32
+
 	ackDeadline int64 // local ACK timeout (monotonic ns), 0 when not armed
 	rnrDeadline int64 // end of the RNR wait, 0 when not waiting
 	rnrPSN      uint32
@@ -85,8 +93,12 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 // wqeAt returns the index of the outstanding request that sent psn, or the
 // oldest outstanding request when none did.
 func (q *QP) wqeAt(psn uint32) uint32 {
-	for i := q.sqHead; i != q.sqNext; i++ {
-		if q.sq[i%uint32(len(q.sq))].containsPSN(psn) {
+	for i := q.sqHead; i != q.sqTail; i++ {
+		w := &q.sq[i%uint32(len(q.sq))]
+		if !w.started {
+			break
+		}
+		if w.containsPSN(psn) {
 			return i
 		}
 	}
@@ -103,6 +115,7 @@ func (q *QP) goBack(psn uint32) {
 	}
 	q.comp.rewound = true
 	q.comp.rewindPSN = psn
+	q.comp.win.onLoss(psn, q.req.highPSN)
 	q.retransmit(psn)
 	q.armAckTimerNow()
 }
@@ -110,7 +123,8 @@ func (q *QP) goBack(psn uint32) {
 // ackUpTo records that every PSN up to and including psn arrived, and
 // retires the requests that are finished.
 func (q *QP) ackUpTo(psn uint32) {
-	if psnDiff(psn, q.comp.ackedPSN) > 0 && psnDiff(psn, q.req.highPSN) < 0 {
+	if d := psnDiff(psn, q.comp.ackedPSN); d > 0 && psnDiff(psn, q.req.highPSN) < 0 {
+		q.comp.win.onAck(int(d))
 		q.comp.ackedPSN = psn
 		q.progress()
 	}
@@ -163,7 +177,7 @@ func (q *QP) retire() {
 // onReadResponse places one READ response packet.
 func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 	idx := q.wqeAt(psn)
-	if idx == q.sqNext && q.sqHead == q.sqNext {
+	if idx == q.sqTail {
 		return
 	}
 	w := &q.sq[idx%uint32(len(q.sq))]
@@ -177,20 +191,29 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 		}
 	}
 	want := psnAdd(w.firstPSN, w.readPkts)
+	if q.comp.readWait && psn == q.comp.readPSN && op.Flags().Has(wire.FlagFirst) {
+		q.comp.readWait = false // the answer to the repeated request begins
+	}
 	if d := psnDiff(psn, want); d != 0 {
-		if d > 0 {
-			q.goBack(want) // an earlier response was lost
+		if d > 0 && !q.comp.readWait {
+			// An earlier response was lost: ask again from it.
+			q.comp.readWait = true
+			q.comp.readPSN = want
+			q.goBack(want)
 		}
 		return
 	}
-	fl := op.Flags()
+	if w.readPkts >= w.readReq {
+		return // answers a part asked for before a rewind
+	}
 	off := uint64(w.readPkts) * uint64(q.mtu)
 	rem := w.length - min(off, w.length)
 	n := uint64(len(pkt.Payload))
 	last := w.readPkts+1 == w.npkts
-	// A retried READ is answered as a new response sequence, so a FIRST
-	// or ONLY may continue a read; only the end must match.
-	if fl.Has(wire.FlagLast) != last || (last && n != rem) || (!last && n != uint64(q.mtu)) {
+	// A READ asked for in parts, or asked again, is answered in several
+	// response sequences, whose FIRST and LAST need not match the WQE's:
+	// only the payload sizes must.
+	if (last && n != rem) || (!last && n != uint64(q.mtu)) {
 		q.fail(idx, verbs.WCBadRespErr)
 		return
 	}
@@ -199,11 +222,14 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 		return
 	}
 	w.readPkts++
+	q.comp.win.onAck(1)
 	q.comp.ackedPSN = psn
 	q.progress()
+	if w.readPkts == w.readReq {
+		q.req.rdAtomic-- // this part is answered
+	}
 	if last {
 		w.done = true
-		q.req.rdAtomic--
 	}
 	q.retire()
 }
@@ -227,6 +253,7 @@ func (q *QP) onAtomicAck(psn uint32, pkt *wire.Packet) {
 	}
 	w.done = true
 	q.req.rdAtomic--
+	q.comp.win.onAck(1)
 	q.comp.ackedPSN = psn
 	q.progress()
 	q.retire()

@@ -39,6 +39,8 @@ type sendWQE struct {
 	firstPSN uint32 // PSN of the first packet (of the first response for READ)
 	npkts    uint32 // PSNs the request consumes
 	readPkts uint32 // READ response packets received in order
+	readReq  uint32 // READ response packets asked for so far (readReq ≥ readPkts)
+	readHigh uint32 // the most READ response packets ever asked for
 	done     bool   // READ or atomic has all its response
 }
 
@@ -289,7 +291,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	case verbs.QPSRTS:
 		if cur == verbs.QPSRTR {
 			q.req = requesterState{nextPSN: a.SQPSN, highPSN: a.SQPSN}
-			q.comp = completerState{ackedPSN: psnAdd(a.SQPSN, wire.PSNMask), retryLeft: a.RetryCnt, rnrLeft: a.RNRRetry}
+			q.comp = completerState{ackedPSN: psnAdd(a.SQPSN, wire.PSNMask), retryLeft: a.RetryCnt, rnrLeft: a.RNRRetry,
+				win: newSendWindow(q.dev.maxInflight, a.SQPSN)}
 		}
 	case verbs.QPSErr:
 		q.setState(verbs.QPSErr)

@@ -34,19 +34,25 @@ func (rx *receiver) loop() {
 		if err != nil {
 			return
 		}
-		rx.d.stats.add(cRecvPackets, uint64(n))
-		for i := range rx.in[:n] {
-			rx.handle(&rx.in[i])
-		}
-		for i, q := range rx.owed {
-			q.mu.Lock()
-			q.sendOwedAck(rx)
-			q.mu.Unlock()
-			rx.owed[i] = nil
-		}
-		rx.owed = rx.owed[:0]
-		rx.flush()
+		rx.process(rx.in[:n])
 	}
+}
+
+// process handles a batch of received packets, then sends what they
+// produced: responses, NAKs and one coalesced ACK per QP.
+func (rx *receiver) process(pkts []link.Packet) {
+	rx.d.stats.add(cRecvPackets, uint64(len(pkts)))
+	for i := range pkts {
+		rx.handle(&pkts[i])
+	}
+	for i, q := range rx.owed {
+		q.mu.Lock()
+		q.sendOwedAck(rx)
+		q.mu.Unlock()
+		rx.owed[i] = nil
+	}
+	rx.owed = rx.owed[:0]
+	rx.flush()
 }
 
 // handle checks one packet and hands it to its QP.

@@ -12,7 +12,7 @@ type requesterState struct {
 	highPSN  uint32 // one past the highest PSN ever sent; below it, sends are retransmissions
 	curOff   uint64 // bytes of the WQE at sqNext already segmented
 	sinceAck int    // packets since the last AckReq
-	rdAtomic int    // READs and atomics started and not finished
+	rdAtomic int    // READ and atomic requests awaiting their responses
 	rnrWait  bool   // paused until the RNR timer fires
 }
 
@@ -77,18 +77,15 @@ func (q *QP) startWQE(w *sendWQE) bool {
 	if w.isRdAtomic() && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 		return false
 	}
-	if n := q.inflight(); n > 0 && w.isRdAtomic() && n+int(w.npkts) > q.dev.maxInflight {
+	if n := q.inflight(); n > 0 && w.isRdAtomic() && n+int(w.npkts) > q.comp.win.cwnd {
 		return false
 	}
-	if q.inflight() >= q.dev.maxInflight {
+	if q.inflight() >= q.comp.win.cwnd {
 		return false
 	}
 	w.started = true
 	w.firstPSN = q.req.nextPSN
 	q.req.curOff = 0
-	if w.isRdAtomic() {
-		q.req.rdAtomic++
-	}
 	return true
 }
 
@@ -98,17 +95,16 @@ func (q *QP) startWQE(w *sendWQE) bool {
 func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
 	switch w.opcode {
 	case verbs.WRRDMARead:
-		q.emitRead(w)
-		q.sqNext++
-		return true
+		return q.emitRead(w)
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
+		q.req.rdAtomic++
 		q.emitAtomic(w)
 		q.sqNext++
 		return true
 	}
 	mtu := uint64(q.mtu)
 	for {
-		if q.inflight() >= q.dev.maxInflight {
+		if q.inflight() >= q.comp.win.cwnd {
 			return false
 		}
 		off := q.req.curOff
@@ -123,7 +119,7 @@ func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
 		b := p.Buf[:total]
 		psn := q.req.nextPSN
 		q.req.sinceAck++
-		ackReq := last || q.req.sinceAck >= ackReqPeriod || q.inflight()+1 >= q.dev.maxInflight
+		ackReq := last || q.req.sinceAck >= ackReqPeriod || q.inflight()+1 >= q.comp.win.cwnd
 		if ackReq {
 			q.req.sinceAck = 0
 		}
@@ -168,26 +164,48 @@ func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
 	}
 }
 
-// emitRead sends a READ request for the part of the read not yet received.
-func (q *QP) emitRead(w *sendWQE) {
-	off := uint64(w.readPkts) * uint64(q.mtu)
-	psn := psnAdd(w.firstPSN, w.readPkts)
+// emitRead asks for the next part of a READ. A READ larger than the send
+// window is asked for in window-sized parts, one at a time, so that a lost
+// response costs at most a window of responses sent again. It returns true
+// when the last part is asked for.
+func (q *QP) emitRead(w *sendWQE) bool {
+	if w.readReq > w.readPkts || q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
+		return false // a part is outstanding, or the peer's limit is reached
+	}
+	n := min(w.npkts-w.readReq, uint32(max(q.comp.win.cwnd-q.inflight(), 1)))
+	if w.readReq < w.readHigh {
+		// Asking again: the responder may have executed the earlier
+		// request, so the repeat must end where it ended (IBA 9.7.5.1.4).
+		n = w.readHigh - w.readReq
+	}
+	off := uint64(w.readReq) * uint64(q.mtu)
+	psn := psnAdd(w.firstPSN, w.readReq)
+	length := min(uint64(n)*uint64(q.mtu), w.length-min(off, w.length))
 	p := q.txPacket()
 	b := p.Buf[:wire.BTHLen+wire.RETHLen]
 	wire.BTH(b).Encode(&wire.BTHFields{
 		Opcode: wire.RCReadRequest, MigReq: true, PKey: wire.DefaultPKey,
 		DestQP: q.attr.DestQPN, AckReq: true, PSN: psn,
 	})
-	wire.RETH(b[wire.BTHLen:]).Encode(w.raddr+off, w.rkey, uint32(w.length-min(off, w.length)))
+	wire.RETH(b[wire.BTHLen:]).Encode(w.raddr+off, w.rkey, uint32(length))
 	p.N = len(b)
 	p.Addr = q.peer
 	q.notePSNSent(psn)
+	w.readReq += n
+	w.readHigh = max(w.readHigh, w.readReq)
+	q.req.rdAtomic++
+	end := psnAdd(w.firstPSN, w.readReq)
 	// The request consumes a PSN for each response packet.
-	if end := psnAdd(w.lastPSN(), 1); psnDiff(end, q.req.highPSN) > 0 {
+	if psnDiff(end, q.req.highPSN) > 0 {
 		q.req.highPSN = end
 	}
-	q.req.nextPSN = psnAdd(w.lastPSN(), 1)
+	q.req.nextPSN = end
 	q.req.sinceAck = 0
+	if w.readReq < w.npkts {
+		return false
+	}
+	q.sqNext++
+	return true
 }
 
 // emitAtomic sends a CMP_AND_SWP or FETCH_AND_ADD request.
@@ -297,9 +315,24 @@ func (q *QP) retransmit(psn uint32) {
 		q.req.curOff = 0
 		switch {
 		case w.opcode == verbs.WRRDMARead:
-			w.readPkts = uint32(psnDiff(psn, w.firstPSN))
+			w.readPkts = min(w.readPkts, uint32(psnDiff(psn, w.firstPSN)))
 		case !w.isRdAtomic():
 			q.req.curOff = uint64(psnDiff(psn, w.firstPSN)) * uint64(q.mtu)
+		}
+		// Requests from i on are asked again; only those before stay
+		// outstanding.
+		q.req.rdAtomic = 0
+		for k := q.sqHead; k != q.sqTail; k++ {
+			x := &q.sq[k%uint32(len(q.sq))]
+			if k-q.sqHead >= i-q.sqHead {
+				if x.opcode == verbs.WRRDMARead {
+					x.readReq = x.readPkts
+				}
+				continue
+			}
+			if x.isRdAtomic() && !x.done && (x.opcode != verbs.WRRDMARead || x.readReq > x.readPkts) {
+				q.req.rdAtomic++
+			}
 		}
 		return
 	}

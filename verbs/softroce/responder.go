@@ -24,22 +24,18 @@ type responderState struct {
 	wLeft   uint64 // bytes it still has to bring
 	wTotal  uint64 // its DMA length
 
-	// res remembers the last READ and atomic requests, to answer their
-	// duplicates (max_dest_rd_atomic of them).
+	// res remembers the last max_dest_rd_atomic atomic requests, to
+	// answer their duplicates.
 	res     []rdAtomicRes
 	resNext int
 }
 
-// rdAtomicRes is a READ or atomic request the responder executed.
+// rdAtomicRes is an atomic request the responder executed, kept to answer
+// a repeated request without executing it twice.
 type rdAtomicRes struct {
-	valid  bool
-	atomic bool
-	psn    uint32 // its first PSN
-	npkts  uint32 // PSNs it consumed
-	va     uint64
-	rkey   uint32
-	length uint64
-	orig   uint64 // atomic: the value returned
+	valid bool
+	psn   uint32
+	orig  uint64 // the value returned
 }
 
 func (r *responderState) reset(epsn uint32, resources int) {
@@ -232,7 +228,6 @@ func (q *QP) recvRead(pkt *wire.Packet, rx *receiver) bool {
 		return false
 	}
 	npkts := max(uint32((n+uint64(q.mtu)-1)/uint64(q.mtu)), 1)
-	r.remember(rdAtomicRes{psn: psn, npkts: npkts, va: va, rkey: rkey, length: n})
 	r.epsn = psnAdd(psn, npkts)
 	r.msn = psnAdd(r.msn, 1)
 	q.sendReadResponses(rx, psn, va, rkey, n)
@@ -294,7 +289,7 @@ func (q *QP) recvAtomic(pkt *wire.Packet, rx *receiver) bool {
 		q.respondError(rx, psn, wire.NAKRemoteAccess, verbs.WCRemAccessErr, false)
 		return false
 	}
-	r.remember(rdAtomicRes{atomic: true, psn: psn, npkts: 1, orig: orig})
+	r.remember(rdAtomicRes{psn: psn, orig: orig})
 	r.epsn = psnAdd(psn, 1)
 	r.msn = psnAdd(r.msn, 1)
 	q.sendAtomicAck(rx, psn, orig)
@@ -322,28 +317,24 @@ func (q *QP) duplicate(pkt *wire.Packet, rx *receiver) {
 		q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
 		return
 	}
+	if fl.Has(wire.FlagRead) {
+		// READ is idempotent: answer a repeated one from its own RETH,
+		// checked like a new one, if it ends before the expected PSN.
+		va, rkey, n := pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
+		npkts := max((n+uint64(q.mtu)-1)/uint64(q.mtu), 1)
+		if n > 1<<31 || uint64(psnDiff(r.epsn, psn)) < npkts {
+			return
+		}
+		if q.dev.remoteCheck(q.pd, q.attr.AccessFlags, rkey, va, n, verbs.AccessRemoteRead) {
+			q.sendReadResponses(rx, psn, va, rkey, n)
+		}
+		return
+	}
 	for i := range r.res {
-		x := &r.res[i]
-		if !x.valid || x.atomic != fl.Has(wire.FlagAtomic) {
-			continue
-		}
-		if d := psnDiff(psn, x.psn); d < 0 || d >= int32(x.npkts) {
-			continue
-		}
-		if x.atomic {
+		if x := &r.res[i]; x.valid && x.psn == psn {
 			q.sendAtomicAck(rx, psn, x.orig)
 			return
 		}
-		va, rkey, n := pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
-		npkts := max(uint32((n+uint64(q.mtu)-1)/uint64(q.mtu)), 1)
-		if uint32(psnDiff(psn, x.psn))+npkts > x.npkts {
-			return // not a retry of the original READ
-		}
-		if !q.dev.remoteCheck(q.pd, q.attr.AccessFlags, rkey, va, n, verbs.AccessRemoteRead) {
-			return
-		}
-		q.sendReadResponses(rx, psn, va, rkey, n)
-		return
 	}
 }
 

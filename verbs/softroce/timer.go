@@ -110,6 +110,8 @@ func (q *QP) onTimer() {
 			}
 			q.comp.retryLeft--
 			q.comp.rewound = false
+			q.comp.readWait = false
+			q.comp.win.onTimeout(q.req.highPSN)
 			q.retransmit(psnAdd(q.comp.ackedPSN, 1))
 			q.armAckTimer()
 			q.runRequester()

@@ -1,0 +1,63 @@
+package softroce
+
+// The requester's send window. Go-back-N resends everything after a lost
+// packet, so a window much larger than the path's loss allows turns each
+// loss into a burst of retransmissions. The window therefore follows the
+// loss evidence, Reno style: it halves on a sequence NAK or a READ
+// response gap (once per window of data), falls to the minimum on a local
+// ACK timeout, and grows back, exponentially up to the last threshold and
+// by one packet per window after that. It starts at the device's
+// MaxInflight, the size a clean path needs.
+
+// minWindow is the smallest send window, in packets.
+const minWindow = 8
+
+// sendWindow is a congestion window in packets.
+type sendWindow struct {
+	cwnd     int    // packets allowed in flight
+	ssthresh int    // below it the window grows by one per acknowledged packet
+	acked    int    // packets acknowledged toward the next +1 above ssthresh
+	recover  uint32 // losses before this PSN belong to an event already counted
+	max      int
+}
+
+func newSendWindow(max int, psn uint32) sendWindow {
+	return sendWindow{cwnd: max, ssthresh: max, max: max, recover: psn}
+}
+
+// onAck grows the window for n newly acknowledged packets.
+func (w *sendWindow) onAck(n int) {
+	if w.cwnd < w.ssthresh {
+		w.cwnd = min(w.cwnd+n, w.ssthresh)
+		return
+	}
+	w.acked += n
+	for w.acked >= w.cwnd && w.cwnd < w.max {
+		w.acked -= w.cwnd
+		w.cwnd++
+	}
+	if w.cwnd >= w.max {
+		w.acked = 0
+	}
+}
+
+// onLoss shrinks the window after a loss at psn; high is one past the
+// highest PSN sent. Losses within the window that was in flight at the
+// last reduction do not shrink it again.
+func (w *sendWindow) onLoss(psn, high uint32) {
+	if psnDiff(psn, w.recover) < 0 {
+		return
+	}
+	w.ssthresh = max(w.cwnd/2, minWindow)
+	w.cwnd = w.ssthresh
+	w.acked = 0
+	w.recover = high
+}
+
+// onTimeout collapses the window after a local ACK timeout.
+func (w *sendWindow) onTimeout(high uint32) {
+	w.ssthresh = max(w.cwnd/2, minWindow)
+	w.cwnd = minWindow
+	w.acked = 0
+	w.recover = high
+}
