@@ -1,0 +1,148 @@
+package rsock
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+
+	"github.com/rsock-go/rsock/ring"
+	"github.com/rsock-go/rsock/verbs"
+)
+
+// maxCtrlSends bounds the control messages in flight from one side.
+const maxCtrlSends = 16
+
+// Endpoint is one side of a stream before it is connected: a queue pair in
+// INIT and registered rings. Its Params go to the peer; Connect takes the
+// peer's.
+type Endpoint struct {
+	cfg    Config
+	dev    verbs.Device
+	cq     verbs.CQ
+	qp     verbs.QP
+	mem    []byte // one mapping: receive ring | send ring | control slots
+	recv   *ring.Ring
+	send   *ring.Ring
+	ctrl   []byte // RecvDepth receive slots, then maxCtrlSends send slots
+	recvMR verbs.MR
+	sendMR verbs.MR
+	ctrlMR verbs.MR
+	params Params
+	used   bool // connected or closed
+}
+
+// localPorter is implemented by devices whose peers address them by UDP
+// port (soft-RoCE).
+type localPorter interface{ LocalAddr() netip.AddrPort }
+
+// NewEndpoint creates a queue pair on pd of dev and registers the rings.
+func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	port := dev.Port()
+	if port.State != verbs.PortActive || len(port.GIDs) == 0 {
+		return nil, fmt.Errorf("rsock: device %s port is not active", dev.Name())
+	}
+	e := &Endpoint{cfg: cfg, dev: dev}
+	defer func() {
+		if err != nil {
+			e.release()
+		}
+	}()
+	ctrlBytes := (cfg.RecvDepth + maxCtrlSends) * controlLen
+	if e.mem, err = verbs.AllocBuffer(2*cfg.RingSize + ctrlBytes); err != nil {
+		return nil, err
+	}
+	rs := cfg.RingSize
+	e.recv, _ = ring.New(e.mem[:rs:rs])
+	e.send, _ = ring.New(e.mem[rs : 2*rs : 2*rs])
+	e.ctrl = e.mem[2*rs:]
+	if e.recvMR, err = pd.RegMR(e.mem[:rs], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if e.sendMR, err = pd.RegMR(e.mem[rs:2*rs], 0); err != nil {
+		return nil, err
+	}
+	if e.ctrlMR, err = pd.RegMR(e.ctrl, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	sendWR := 2*cfg.RecvDepth + maxCtrlSends
+	if e.cq, err = dev.CreateCQ(sendWR + cfg.RecvDepth + 16); err != nil {
+		return nil, err
+	}
+	if e.qp, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{
+		MaxSendWR: uint32(sendWR), MaxRecvWR: uint32(cfg.RecvDepth), MaxSendSGE: 2, MaxRecvSGE: 1,
+	}}); err != nil {
+		return nil, err
+	}
+	if err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		return nil, err
+	}
+	// Receives may be posted from INIT on, so a fast peer never sees RNR.
+	wrs := make([]verbs.RecvWR, cfg.RecvDepth)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{e.ctrlSGE(i)}}
+	}
+	if _, err = e.qp.PostRecv(wrs); err != nil {
+		return nil, err
+	}
+	e.params = Params{
+		GID:       port.GIDs[0],
+		UDPPort:   4791,
+		QPN:       e.qp.QPN(),
+		PSN:       rand.Uint32() & 0xffffff,
+		MTU:       port.ActiveMTU.Bytes(),
+		RingAddr:  e.recvMR.Addr(),
+		RingRKey:  e.recvMR.RKey(),
+		RingSize:  rs,
+		RecvDepth: cfg.RecvDepth,
+	}
+	if lp, ok := dev.(localPorter); ok {
+		e.params.UDPPort = lp.LocalAddr().Port()
+	}
+	return e, nil
+}
+
+// ctrlSGE names control slot i: receive slots first, then send slots.
+func (e *Endpoint) ctrlSGE(i int) verbs.SGE {
+	return verbs.SGE{Addr: e.ctrlMR.Addr() + uint64(i*controlLen), Length: controlLen, LKey: e.ctrlMR.LKey()}
+}
+
+func (e *Endpoint) ctrlSlot(i int) []byte { return e.ctrl[i*controlLen : (i+1)*controlLen] }
+
+// Params returns what the peer needs to connect to this endpoint.
+func (e *Endpoint) Params() Params { return e.params }
+
+// Close releases an endpoint that was not connected. It is idempotent.
+func (e *Endpoint) Close() error {
+	if e.used {
+		return nil
+	}
+	e.used = true
+	e.release()
+	return nil
+}
+
+// release destroys the QP, CQ and MRs and unmaps the rings.
+func (e *Endpoint) release() {
+	var errs []error
+	if e.qp != nil {
+		errs = append(errs, e.qp.Close())
+	}
+	if e.cq != nil {
+		errs = append(errs, e.cq.Close())
+	}
+	for _, m := range []verbs.MR{e.recvMR, e.sendMR, e.ctrlMR} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	if e.mem != nil {
+		errs = append(errs, verbs.FreeBuffer(e.mem))
+		e.mem = nil
+	}
+	_ = errors.Join(errs...)
+}

@@ -1,0 +1,107 @@
+package rsock
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rsock-go/rsock/ring"
+	"github.com/rsock-go/rsock/verbs"
+)
+
+// Defaults of Config.
+const (
+	DefaultRingSize     = 512 << 10
+	DefaultRecvDepth    = 64
+	DefaultKeepAlive    = 15 * time.Second
+	DefaultCloseTimeout = 2 * time.Second
+	// DefaultAckTimeout is the local ACK timeout code: 4.096 µs × 2^14 ≈ 67 ms.
+	DefaultAckTimeout = 14
+)
+
+// controlReserve is how many of the peer's receive requests data may not use.
+const controlReserve = 4
+
+// Config sizes a stream.
+type Config struct {
+	// RingSize is the size of the receive ring and of the send ring, a
+	// power of two from 4 KiB to 64 MiB. Default DefaultRingSize.
+	RingSize int
+	// RecvDepth is the number of receive work requests kept posted,
+	// 8 to 4096. Default DefaultRecvDepth.
+	RecvDepth int
+	// KeepAlive is the idle time after which a KEEPALIVE is sent, so that a
+	// vanished peer is detected by the transport's retries. Negative
+	// disables it. Default DefaultKeepAlive.
+	KeepAlive time.Duration
+	// CloseTimeout bounds how long Close waits for sent data to be
+	// acknowledged. Default DefaultCloseTimeout.
+	CloseTimeout time.Duration
+	// AckTimeout and RetryCount set the QP's local ACK timeout code and
+	// retry count. Defaults DefaultAckTimeout and 7.
+	AckTimeout uint8
+	RetryCount uint8
+}
+
+func (c *Config) setDefaults() error {
+	if c.RingSize == 0 {
+		c.RingSize = DefaultRingSize
+	}
+	if err := ring.CheckSize(c.RingSize); err != nil {
+		return err
+	}
+	if c.RecvDepth == 0 {
+		c.RecvDepth = DefaultRecvDepth
+	}
+	if c.RecvDepth < 8 || c.RecvDepth > 4096 {
+		return fmt.Errorf("rsock: receive depth %d not in [8, 4096]", c.RecvDepth)
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
+	}
+	if c.RetryCount == 0 {
+		c.RetryCount = 7
+	}
+	if c.AckTimeout > 31 || c.RetryCount > 7 {
+		return fmt.Errorf("rsock: ACK timeout %d or retry count %d out of range", c.AckTimeout, c.RetryCount)
+	}
+	return nil
+}
+
+// Params is what one side tells the other to connect: its queue pair and
+// its receive ring.
+type Params struct {
+	GID       verbs.GID
+	UDPPort   uint16 // soft-RoCE link port; 0 means 4791
+	QPN       uint32
+	PSN       uint32
+	MTU       int // path MTU in bytes
+	RingAddr  uint64
+	RingRKey  uint32
+	RingSize  int
+	RecvDepth int
+}
+
+// Validate checks a peer's parameters before they are used.
+func (p *Params) Validate() error {
+	switch {
+	case p.QPN == 0 || p.QPN >= 1<<24:
+		return fmt.Errorf("rsock: peer QPN %#x out of range", p.QPN)
+	case p.PSN >= 1<<24:
+		return fmt.Errorf("rsock: peer PSN %#x out of range", p.PSN)
+	case verbs.MTUFromBytes(p.MTU).Bytes() != p.MTU:
+		return fmt.Errorf("rsock: peer MTU %d is not one of 256..4096", p.MTU)
+	case ring.CheckSize(p.RingSize) != nil:
+		return fmt.Errorf("rsock: peer ring size %d: %w", p.RingSize, ring.ErrSize)
+	case p.RecvDepth < controlReserve*2 || p.RecvDepth > 65536:
+		return fmt.Errorf("rsock: peer receive depth %d out of range", p.RecvDepth)
+	case !p.GID.Addr().IsValid() || p.GID.Addr().IsUnspecified():
+		return fmt.Errorf("rsock: peer GID %v is not an address", p.GID)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package rsock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs"
+)
+
+// poll drains the stream's completion queue: data arrivals, control
+// messages, and the completions of its own writes. It runs until Close.
+func (s *Stream) poll(ctx context.Context) {
+	defer close(s.pollerDone)
+	wcs := make([]verbs.WC, 32)
+	for {
+		n, err := s.e.cq.Poll(wcs)
+		if err != nil {
+			s.Abort(fmt.Errorf("rsock: completion queue: %w", err))
+			return
+		}
+		if n == 0 {
+			if s.e.cq.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		s.mu.Lock()
+		for i := range wcs[:n] {
+			s.complete(&wcs[i])
+		}
+		if s.cons.ShouldReport() {
+			s.sendControl(ctrlCredit)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// complete handles one completion. The caller holds s.mu.
+func (s *Stream) complete(wc *verbs.WC) {
+	if wc.Status != verbs.WCSuccess {
+		if wc.Status != verbs.WCWRFlushErr || s.err == nil {
+			s.fail(fmt.Errorf("rsock: %v %v: %w", wc.Opcode, wc.Status, errConnLost))
+		}
+		return
+	}
+	switch wc.Opcode {
+	case verbs.WCRecvRDMAWithImm:
+		if wc.Imm>>immTypeShift != immData || !s.cons.Arrived(int(wc.Imm&immValueMask)) {
+			s.fail(ErrProtocol)
+			return
+		}
+		s.repost(int(wc.WRID))
+		signal(s.readReady)
+	case verbs.WCRecv:
+		typ, consumed, processed, ok := parseControl(s.e.ctrlSlot(int(wc.WRID))[:wc.ByteLen])
+		if !ok || !s.prod.Update(consumed, processed) {
+			s.fail(ErrProtocol)
+			return
+		}
+		switch typ {
+		case ctrlFIN:
+			s.rfin = true
+		case ctrlClose:
+			s.rfin, s.peerClosed = true, true
+		}
+		s.repost(int(wc.WRID))
+		signal(s.readReady)
+		signal(s.writeReady)
+	case verbs.WCRDMAWrite:
+		s.sendFreed = wc.WRID
+		signal(s.writeReady)
+	case verbs.WCSend:
+		s.ctrlInUse--
+		signal(s.writeReady)
+	}
+}
+
+// errConnLost is the cause when the transport gives up on the peer.
+var errConnLost = fmt.Errorf("rsock: connection lost")
+
+// repost gives receive slot i back to the queue and counts the message
+// processed. The caller holds s.mu.
+func (s *Stream) repost(i int) {
+	s.cons.Processed()
+	s.recvSGE[0] = s.e.ctrlSGE(i)
+	s.recvWR[0] = verbs.RecvWR{ID: uint64(i), SGL: s.recvSGE[:]}
+	if _, err := s.e.qp.PostRecv(s.recvWR[:]); err != nil {
+		s.fail(err)
+	}
+}
+
+// onKeepAlive sends a KEEPALIVE when nothing was sent for the interval,
+// so that the transport notices a peer that vanished.
+func (s *Stream) onKeepAlive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.err != nil {
+		return
+	}
+	every := s.e.cfg.KeepAlive
+	if idle := time.Since(s.lastSend); idle >= every {
+		s.sendControl(ctrlKeepAlive)
+	} else {
+		every -= idle
+	}
+	s.keepalive.Reset(every)
+}
+
+// CloseWrite sends FIN after the data written so far: the peer reads it
+// all, then io.EOF. Reading continues to work.
+func (s *Stream) CloseWrite() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.closed:
+			return s.opError("close", net.ErrClosed)
+		case s.wclosed:
+			return nil
+		case s.err != nil:
+			return s.opError("close", s.err)
+		}
+		if s.sendControl(ctrlFIN) {
+			s.wclosed = true
+			return nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.writeReady:
+		case <-s.wdl.wait():
+			s.mu.Lock()
+			return s.opError("close", os.ErrDeadlineExceeded)
+		}
+		s.mu.Lock()
+	}
+}
+
+// Close sends CLOSE, waits up to Config.CloseTimeout for the data written
+// to be acknowledged, then destroys the queue pair and frees the rings.
+// Pending reads and writes return net.ErrClosed. It is idempotent.
+func (s *Stream) Close() error {
+	s.closeOnce.Do(s.teardown)
+	return s.teardownErr
+}
+
+func (s *Stream) teardown() {
+	s.mu.Lock()
+	if s.err == nil && !s.peerClosed {
+		s.sendControl(ctrlClose)
+	}
+	deadline := time.Now().Add(s.e.cfg.CloseTimeout)
+	for s.err == nil && (s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline) {
+		s.mu.Unlock()
+		select {
+		case <-s.writeReady:
+		case <-time.After(time.Until(deadline)):
+		}
+		s.mu.Lock()
+	}
+	s.closed = true
+	signal(s.readReady)
+	signal(s.writeReady)
+	s.mu.Unlock()
+	// Readers and writers see closed and leave; wait for them before the
+	// memory goes away.
+	s.rmu.Lock()
+	s.wmu.Lock()
+	if s.keepalive != nil {
+		s.keepalive.Stop()
+	}
+	s.cancel()
+	<-s.pollerDone
+	s.rdl.stop()
+	s.wdl.stop()
+	s.e.release()
+	s.wmu.Unlock()
+	s.rmu.Unlock()
+}
+
+// SetDeadline sets the read and write deadlines.
+func (s *Stream) SetDeadline(t time.Time) error {
+	s.rdl.set(t)
+	s.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the read deadline; a Read waiting past it returns
+// os.ErrDeadlineExceeded.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the write deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	s.wdl.set(t)
+	return nil
+}
