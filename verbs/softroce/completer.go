@@ -18,7 +18,8 @@ type completerState struct {
 	rewound   bool
 	rewindPSN uint32
 
-	win sendWindow // congestion window
+	win sendWindow   // congestion window
+	rtt rttEstimator // round-trip measurements for the ACK timeout
 
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to
@@ -116,6 +117,7 @@ func (q *QP) goBack(psn uint32) {
 	q.comp.rewound = true
 	q.comp.rewindPSN = psn
 	q.comp.win.onLoss(psn, q.req.highPSN)
+	q.comp.rtt.discard()
 	q.retransmit(psn)
 	q.armAckTimerNow()
 }
@@ -125,6 +127,7 @@ func (q *QP) goBack(psn uint32) {
 func (q *QP) ackUpTo(psn uint32) {
 	if d := psnDiff(psn, q.comp.ackedPSN); d > 0 && psnDiff(psn, q.req.highPSN) < 0 {
 		q.comp.win.onAck(int(d))
+		q.comp.rtt.acked(psn, nanotime())
 		q.comp.ackedPSN = psn
 		q.progress()
 	}

@@ -171,9 +171,10 @@ func TestRetryExhaustion(t *testing.T) {
 	if a.qp.State() != verbs.QPSErr {
 		t.Fatalf("QP state %v after retry exhaustion, want ERR", a.qp.State())
 	}
-	// 4 timeouts of 4.2 ms; allow generous scheduling slack but not forever.
-	if min := 4 * 4 * time.Millisecond; elapsed < min || elapsed > 5*time.Second {
-		t.Fatalf("gave up after %v, want about 17 ms", elapsed)
+	// Timeouts of 4.2, 8.4, 16.8 and 33.6 ms (the wait doubles per retry);
+	// allow scheduling slack but not forever.
+	if min := 60 * time.Millisecond; elapsed < min || elapsed > 5*time.Second {
+		t.Fatalf("gave up after %v, want about 63 ms", elapsed)
 	}
 	if c := a.dev.Counters(); c.RetryExceeded != 1 || c.Timeouts != 4 {
 		t.Fatalf("counters %+v: want 1 retry exceeded after 4 timeouts", c)

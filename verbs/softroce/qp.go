@@ -540,6 +540,7 @@ func (q *QP) Close() error {
 		q.mu.Unlock()
 		return nil
 	}
+	q.flushOwedAck()
 	q.closed = true
 	q.stopTimer()
 	q.setState(verbs.QPSErr)

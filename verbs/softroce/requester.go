@@ -244,6 +244,7 @@ func (q *QP) notePSNSent(psn uint32) {
 		return
 	}
 	q.req.highPSN = psnAdd(psn, 1)
+	q.comp.rtt.sent(psn, nanotime())
 }
 
 // dataOpcode picks the opcode of one packet of a SEND or RDMA WRITE.

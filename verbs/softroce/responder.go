@@ -2,6 +2,7 @@ package softroce
 
 import (
 	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -392,12 +393,36 @@ func (q *QP) sendAETH(rx *receiver, psn uint32, syn wire.Syndrome) {
 	if q.resp.ackPending && psnDiff(psn, q.resp.ackPSN) > 0 {
 		q.resp.ackPending = false
 	}
-	p := rx.packet()
+	q.buildAETH(rx.packet(), psn, syn)
+}
+
+// buildAETH fills p with an ACKNOWLEDGE packet.
+func (q *QP) buildAETH(p *link.Packet, psn uint32, syn wire.Syndrome) {
 	b := p.Buf[:wire.BTHLen+wire.AETHLen]
 	q.encodeResponseBTH(b, wire.RCAcknowledge, psn, 0)
 	wire.AETH(b[wire.BTHLen:]).Encode(syn, q.resp.msn)
 	p.N = len(b)
 	p.Addr = q.peer
+}
+
+// flushOwedAck sends a coalesced ACK that is still owed, from the QP's own
+// buffers. Close uses it: the receive loop may not have reached the end of
+// its batch, and a requester whose last message is never acknowledged
+// retries against a QP that is gone.
+func (q *QP) flushOwedAck() {
+	r := &q.resp
+	if !r.ackPending || len(q.tx) == 0 {
+		return
+	}
+	switch q.attr.State {
+	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
+	default:
+		return
+	}
+	r.ackPending = false
+	q.flushTx()
+	q.buildAETH(&q.tx[0], r.ackPSN, wire.ACKSyndrome(31))
+	q.dev.send(q.tx[:1])
 }
 
 func (q *QP) encodeResponseBTH(b []byte, op wire.Opcode, psn uint32, pad uint8) {

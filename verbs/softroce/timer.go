@@ -24,6 +24,9 @@ func ackTimeout(t uint8) int64 {
 	return 4096 << t
 }
 
+// maxBackoffShift caps the doubling of the ACK timeout at 64 times.
+const maxBackoffShift = 6
+
 // rnrTimes are the RNR NAK timer values of IBA table 45, in microseconds.
 var rnrTimes = [32]int64{
 	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
@@ -42,6 +45,17 @@ func (q *QP) armAckTimer() {
 	t := ackTimeout(q.attr.Timeout)
 	if t == 0 {
 		return
+	}
+	// A measured round trip longer than the configured timeout (a loaded
+	// receiver, a deep queue) raises it, so that it does not expire on
+	// packets that are merely late.
+	t = max(t, q.comp.rtt.timeout())
+	// Each retry without progress doubles the wait, as TCP's RTO does, so
+	// that a queue that is merely slow (a loaded receiver, a long burst
+	// ahead of our packets) is not declared dead after retry_cnt × timeout.
+	// IBA sets only the minimum: the timer must not expire earlier.
+	if used := q.attr.RetryCnt - q.comp.retryLeft; used > 0 {
+		t <<= min(used, maxBackoffShift)
 	}
 	q.comp.ackDeadline = nanotime() + t
 	q.armTimer()
@@ -112,6 +126,7 @@ func (q *QP) onTimer() {
 			q.comp.rewound = false
 			q.comp.readWait = false
 			q.comp.win.onTimeout(q.req.highPSN)
+			q.comp.rtt.discard()
 			q.retransmit(psnAdd(q.comp.ackedPSN, 1))
 			q.armAckTimer()
 			q.runRequester()

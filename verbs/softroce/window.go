@@ -61,3 +61,51 @@ func (w *sendWindow) onTimeout(high uint32) {
 	w.acked = 0
 	w.recover = high
 }
+
+// rttEstimator measures round trips as RFC 6298 does, one sample at a
+// time and never across a retransmission (Karn's rule), so that the local
+// ACK timeout can grow to cover a receiver that is slow but alive.
+type rttEstimator struct {
+	srtt, rttvar int64  // ns; srtt 0 means no sample yet
+	timing       bool   // a sample is in progress
+	psn          uint32 // the packet being timed
+	start        int64  // when it was sent
+}
+
+// sent starts timing psn if no sample is in progress.
+func (r *rttEstimator) sent(psn uint32, now int64) {
+	if !r.timing {
+		r.timing, r.psn, r.start = true, psn, now
+	}
+}
+
+// acked ends the sample when acked covers it.
+func (r *rttEstimator) acked(acked uint32, now int64) {
+	if !r.timing || psnDiff(acked, r.psn) < 0 {
+		return
+	}
+	r.timing = false
+	m := now - r.start
+	if r.srtt == 0 {
+		r.srtt, r.rttvar = m, m/2
+		return
+	}
+	d := r.srtt - m
+	if d < 0 {
+		d = -d
+	}
+	r.rttvar += (d - r.rttvar) / 4
+	r.srtt += (m - r.srtt) / 8
+}
+
+// discard drops the sample in progress (its packet is being resent).
+func (r *rttEstimator) discard() { r.timing = false }
+
+// timeout is the retransmission timeout the measurements call for, or 0
+// before the first sample.
+func (r *rttEstimator) timeout() int64 {
+	if r.srtt == 0 {
+		return 0
+	}
+	return r.srtt + 4*r.rttvar
+}

@@ -4,14 +4,30 @@
 // The kernel writes the IP and UDP headers; the link appends the ICRC on
 // send and checks it on receive. The ICRC covers the IPv4 ID, which a UDP
 // socket can neither choose nor see. The link therefore sends with
-// don't-fragment set (IP_PMTUDISC_DO), so Linux writes ID 0, and on receive
-// checks the ICRC assuming ID 0: a match is reported as link.ICRCGood and a
-// mismatch as link.ICRCUnverified (peers such as rxe send non-zero IDs), or
-// as link.ICRCBad with Config.StrictICRC.
+// don't-fragment set (IP_PMTUDISC_DO), so that Linux writes ID 0 into a
+// plain datagram.
 //
 // Batches of packets move with one sendmmsg or recvmmsg system call each,
 // issued directly through golang.org/x/sys/unix on the socket's raw
 // connection, so that steady-state Send and Recv do not allocate.
+//
+// Where the kernel has them, the link also uses UDP segmentation offload
+// (GSO, UDP_SEGMENT) and UDP receive coalescing (GRO, UDP_GRO). Send groups
+// each run of consecutive packets with the same destination and the same
+// length (the last of a run may be shorter) into one message of up to 64
+// segments and under 64 KiB, which the kernel splits into datagrams as late
+// as possible: on loopback not at all when the receiver has GRO enabled.
+// When Linux segments such a message it gives segment i the IPv4 ID i
+// (0, 1, 2, ...; measured by TestWireGSOIPv4ID on a veth pair), so Send
+// computes segment i's ICRC with ID i. Recv receives coalesced messages
+// into a preallocated scratch buffer and splits them into packets again.
+//
+// On receive the ICRC is checked with, in turn, the ID the packet would have
+// had if its message was segmented (its index in a coalesced message), ID 0,
+// and IDs 1 to 63 (the IDs a segmented GSO message of this link carries,
+// when the receiver saw the datagrams one by one). A match is reported as
+// link.ICRCGood and a mismatch as link.ICRCUnverified (peers such as rxe
+// send other IDs), or as link.ICRCBad with Config.StrictICRC.
 //
 // The link is implemented on Linux only; elsewhere Listen returns an error.
 package udp
@@ -26,7 +42,7 @@ const (
 	DefaultRecvBuffer = 32 << 20
 	// DefaultSendBuffer is the default socket send buffer size.
 	DefaultSendBuffer = 8 << 20
-	// DefaultBatch is the default number of packets per sendmmsg or
+	// DefaultBatch is the default number of messages per sendmmsg or
 	// recvmmsg call.
 	DefaultBatch = 64
 	// MaxBatch is the largest accepted Config.Batch (the kernel's
@@ -54,13 +70,25 @@ type Config struct {
 	// DefaultSendBuffer), set with SO_SNDBUFFORCE falling back to
 	// SO_SNDBUF.
 	SendBuffer int
-	// Batch is the maximum number of packets per sendmmsg or recvmmsg call
-	// (default DefaultBatch, at most MaxBatch).
+	// Batch is the maximum number of messages per sendmmsg or recvmmsg
+	// call (default DefaultBatch, at most MaxBatch). A message is one
+	// datagram, or with GSO or GRO a run of up to 64 packets; with GRO,
+	// recvmmsg takes at most 64 messages (into 64 KiB of scratch each).
 	Batch int
 	// StrictICRC makes Recv report packets whose ICRC does not match (when
-	// computed with IPv4 ID 0) as link.ICRCBad instead of
-	// link.ICRCUnverified. Use it when every peer is known to send with
-	// ID 0, such as another udp link; rxe and RNIC peers send non-zero IDs
-	// and their packets would all be reported bad.
+	// computed with any of the IPv4 IDs a udp link sends: 0 to 63) as
+	// link.ICRCBad instead of link.ICRCUnverified. Use it when every peer
+	// is known to be another udp link; rxe and RNIC peers send other IDs
+	// and most of their packets would be reported bad.
 	StrictICRC bool
+	// DisableGSO turns off UDP segmentation offload on send: every packet
+	// then goes out as its own datagram (still batched with sendmmsg). GSO
+	// is also turned off by itself if the kernel refuses it, at Listen or
+	// at the first message it rejects with EINVAL or EIO (for example a
+	// segment size above the path MTU).
+	DisableGSO bool
+	// DisableGRO turns off UDP receive coalescing: datagrams are then
+	// received one by one with recvmmsg straight into the callers'
+	// buffers. GRO is also off if the kernel refuses UDP_GRO at Listen.
+	DisableGRO bool
 }

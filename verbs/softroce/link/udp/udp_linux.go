@@ -3,8 +3,11 @@
 package udp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"math/bits"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +21,30 @@ import (
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+const (
+	// maxSegs is the largest number of packets Send puts into one GSO
+	// message (the kernel's UDP_MAX_SEGMENTS was 64 before Linux 6.9),
+	// and so the range of IPv4 IDs, 0 to maxSegs-1, that Recv tries.
+	maxSegs = 1 << idBits
+	idBits  = 6
+	// maxGSOBytes bounds the UDP payload of one GSO message: the IPv4
+	// total length field (65535) less the IPv4 (20) and UDP (8) headers.
+	maxGSOBytes = 65535 - 20 - 8
+	// groSlot is the size of each receive scratch buffer of a GRO link,
+	// enough for the largest coalesced message.
+	groSlot = 1 << 16
+	// maxGROSlots bounds the number of coalesced messages one recvmmsg
+	// call of a GRO link asks for, and so its scratch memory (4 MiB).
+	maxGROSlots = 64
+)
+
+// Control message sizes: UDP_SEGMENT carries a uint16, UDP_GRO an int.
+var (
+	txCtlLen   = unix.CmsgLen(2)
+	txCtlSpace = unix.CmsgSpace(2)
+	rxCtlSpace = 2 * unix.CmsgSpace(4)
 )
 
 // Link is a link.Link over a kernel UDP socket. Create it with Listen.
@@ -34,31 +61,96 @@ type Link struct {
 	closeErr  error
 
 	sendMu sync.Mutex // guards tx and serialises Send calls
-	tx     mmsgScratch
+	tx     txScratch
+	gso    atomic.Bool           // send with UDP_SEGMENT; turned off only under sendMu
 	sendF  func(fd uintptr) bool // l.sendmmsg, bound once
 
 	recvMu sync.Mutex // guards rx and serialises Recv calls
-	rx     mmsgScratch
+	rx     rxScratch
+	gro    bool                  // UDP_GRO is enabled on the socket; fixed at Listen
 	recvF  func(fd uintptr) bool // l.recvmmsg, bound once
 }
 
 var _ link.Link = (*Link)(nil)
 
-// mmsgScratch is the preallocated argument vector of one direction's
-// sendmmsg or recvmmsg calls, and the call's results.
-type mmsgScratch struct {
-	hs  []unix.Mmsghdr
-	iov []unix.Iovec
-	sa4 []unix.RawSockaddrInet4 // used by IPv4 links
-	sa6 []unix.RawSockaddrInet6 // used by IPv6 links
+// txScratch is the preallocated argument vector of sendmmsg calls and the
+// calls' results. A message carries one packet, or with GSO a run of
+// packets, each in its own iovec.
+type txScratch struct {
+	hs    []unix.Mmsghdr          // per message
+	sa4   []unix.RawSockaddrInet4 // per message, IPv4 links
+	sa6   []unix.RawSockaddrInet6 // per message, IPv6 links
+	ctl   []byte                  // per message, txCtlSpace bytes each
+	first []int                   // per message: index in pkts of its first packet
+	segs  []int                   // per message: number of packets
+	iov   []unix.Iovec            // per packet
 
 	off, cnt int        // call argument: hs[off : off+cnt]
 	n        int        // call result: messages transferred
 	errno    unix.Errno // call result: error, or 0
 }
 
-func newScratch(batch int, is4 bool) mmsgScratch {
-	s := mmsgScratch{
+// rxScratch is the preallocated argument vector of recvmmsg calls, the
+// calls' results, and for GRO links the received messages not yet handed
+// out.
+type rxScratch struct {
+	hs  []unix.Mmsghdr
+	iov []unix.Iovec
+	sa4 []unix.RawSockaddrInet4 // used by IPv4 links
+	sa6 []unix.RawSockaddrInet6 // used by IPv6 links
+	ctl []byte                  // GRO links: rxCtlSpace bytes per slot
+	big []byte                  // GRO links: groSlot bytes per slot, allocated by the first Recv
+
+	off, cnt int        // call argument: hs[off : off+cnt]
+	n        int        // call result: messages transferred
+	errno    unix.Errno // call result: error, or 0
+
+	// Carry-over of a GRO link: messages hs[next:end] are still to be
+	// split into packets; if inMsg, message next is split up to byte pos
+	// and segment seg, into segments of gso bytes, and came from src.
+	next, end int
+	inMsg     bool
+	pos, seg  int
+	gso       int
+	src       netip.AddrPort
+
+	// idLen is the packet length whose ICRC differences by IPv4 ID are
+	// in idDelta (see idDeltas); 0 if none.
+	idLen   int
+	idDelta [maxSegs]uint32
+}
+
+// alignedBytes returns n zero bytes aligned for a unix.Cmsghdr.
+func alignedBytes(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	w := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
+}
+
+func newTxScratch(batch int, is4 bool) txScratch {
+	s := txScratch{
+		hs:    make([]unix.Mmsghdr, batch),
+		ctl:   alignedBytes(batch * txCtlSpace),
+		first: make([]int, batch),
+		segs:  make([]int, batch),
+		// A call carries up to batch messages of up to maxSegs packets.
+		iov: make([]unix.Iovec, batch*maxSegs),
+	}
+	if is4 {
+		s.sa4 = make([]unix.RawSockaddrInet4, batch)
+	} else {
+		s.sa6 = make([]unix.RawSockaddrInet6, batch)
+	}
+	return s
+}
+
+func newRxScratch(batch int, is4, gro bool) rxScratch {
+	if gro {
+		batch = min(batch, maxGROSlots)
+	}
+	s := rxScratch{
 		hs:  make([]unix.Mmsghdr, batch),
 		iov: make([]unix.Iovec, batch),
 	}
@@ -66,6 +158,9 @@ func newScratch(batch int, is4 bool) mmsgScratch {
 		s.sa4 = make([]unix.RawSockaddrInet4, batch)
 	} else {
 		s.sa6 = make([]unix.RawSockaddrInet6, batch)
+	}
+	if gro {
+		s.ctl = alignedBytes(batch * rxCtlSpace)
 	}
 	return s
 }
@@ -125,8 +220,18 @@ func newLink(conn *net.UDPConn, ip netip.Addr, is4 bool, cfg Config) (*Link, err
 		return nil, fmt.Errorf("udp: %w", err)
 	}
 	var soErr error
+	gso, gro := !cfg.DisableGSO, !cfg.DisableGRO
 	err = rc.Control(func(fd uintptr) {
 		soErr = setSockopts(int(fd), is4, cfg)
+		if gso {
+			// Reading UDP_SEGMENT fails with ENOPROTOOPT on kernels
+			// without UDP GSO (before 4.18).
+			_, e := unix.GetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT)
+			gso = e == nil
+		}
+		if gro {
+			gro = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+		}
 	})
 	if err == nil {
 		err = soErr
@@ -145,9 +250,11 @@ func newLink(conn *net.UDPConn, ip netip.Addr, is4 bool, cfg Config) (*Link, err
 		is4:    is4,
 		strict: cfg.StrictICRC,
 		batch:  cfg.Batch,
-		tx:     newScratch(cfg.Batch, is4),
-		rx:     newScratch(cfg.Batch, is4),
+		tx:     newTxScratch(cfg.Batch, is4),
+		rx:     newRxScratch(cfg.Batch, is4, gro),
+		gro:    gro,
 	}
+	l.gso.Store(gso)
 	l.sendF = l.sendmmsg
 	l.recvF = l.recvmmsg
 	return l, nil
@@ -189,6 +296,11 @@ func (l *Link) Name() string { return "udp" }
 // LocalAddr returns the bound IP address and port.
 func (l *Link) LocalAddr() netip.AddrPort { return l.local }
 
+// Offloads reports whether the link currently sends with UDP GSO and
+// receives with UDP GRO. GSO can turn off by itself after Listen, when the
+// kernel rejects a GSO message.
+func (l *Link) Offloads() (gso, gro bool) { return l.gso.Load(), l.gro }
+
 // BufferSizes reports the socket receive and send buffer sizes in bytes as
 // the kernel holds them (Linux doubles the requested value for its
 // bookkeeping overhead).
@@ -201,15 +313,23 @@ func (l *Link) BufferSizes() (recv, send int, err error) {
 	return recv, send, errors.Join(err, rerr, serr)
 }
 
-// Send appends each packet's ICRC in place (computed with IPv4 ID 0) and
-// transmits the packets in order with sendmmsg.
+// Send appends each packet's ICRC in place and transmits the packets in
+// order with sendmmsg. With GSO, each run of consecutive packets to the
+// same destination with the same length N (the last of the run may be
+// shorter), up to 64 packets and under 64 KiB with their ICRCs, goes as one
+// message with a UDP_SEGMENT control message, and packet i of the run gets
+// its ICRC computed with IPv4 ID i, the ID Linux gives it when it segments
+// the message. Other packets go as plain datagrams with ICRCs for ID 0.
 //
 // A packet that cannot be sent (N+4 beyond cap(Buf), a destination of the
-// other address family, or a per-packet error from the kernel such as
-// EMSGSIZE or ENETUNREACH) is dropped; the packets after it are still sent,
-// and Send returns an error describing the first such packet. Transient
-// conditions (a full socket buffer, ENOBUFS, a pending ICMP error) are
-// retried. After Close, Send returns link.ErrClosed.
+// other address family, or a per-message error from the kernel such as
+// EMSGSIZE or ENETUNREACH) is dropped, with the rest of its GSO run; the
+// packets after it are still sent, and Send returns an error describing the
+// first such packet. Transient conditions (a full socket buffer, ENOBUFS, a
+// pending ICMP error) are retried. If the kernel rejects a GSO message with
+// EINVAL or EIO, the link turns GSO off and sends that message's packets
+// and all later ones as plain datagrams. After Close, Send returns
+// link.ErrClosed.
 func (l *Link) Send(pkts []link.Packet) error {
 	if l.closed.Load() {
 		return link.ErrClosed
@@ -218,80 +338,137 @@ func (l *Link) Send(pkts []link.Packet) error {
 	defer l.sendMu.Unlock()
 	var firstErr error
 	s := &l.tx
+	gso := l.gso.Load()
 	for i := 0; i < len(pkts); {
-		k := 0
-		for ; i < len(pkts) && k < l.batch; i++ {
-			if err := l.packSend(s, k, &pkts[i]); err != nil {
+		m, k := 0, 0 // messages and iovecs used
+		for i < len(pkts) && m < len(s.hs) && k < len(s.iov) {
+			dst, err := l.checkSend(&pkts[i])
+			if err != nil {
 				if firstErr == nil {
 					firstErr = err
 				}
+				i++
 				continue
 			}
-			k++
+			segs := 1
+			if gso {
+				segs = gsoRun(pkts[i:], min(maxSegs, len(s.iov)-k))
+			}
+			l.packSend(s, m, k, pkts[i:i+segs], dst)
+			s.first[m], s.segs[m] = i, segs
+			m++
+			k += segs
+			i += segs
 		}
-		err := l.sendScratch(s, k, &firstErr)
+		resume, err := l.sendScratch(s, m, &firstErr)
 		for j := range k {
 			s.iov[j].Base = nil // do not retain the caller's buffers
 		}
 		if err != nil {
 			return err
 		}
+		if resume >= 0 {
+			i, gso = resume, false
+		}
 	}
 	return firstErr
 }
 
-// packSend computes p's ICRC and describes p in slot k of s.
-func (l *Link) packSend(s *mmsgScratch, k int, p *link.Packet) error {
+// checkSend returns p's destination, or an error if p cannot be sent.
+func (l *Link) checkSend(p *link.Packet) (netip.AddrPort, error) {
 	if p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) {
-		return fmt.Errorf("udp: send to %v: packet length %d needs %d bytes of buffer capacity, have %d",
+		return netip.AddrPort{}, fmt.Errorf("udp: send to %v: packet length %d needs %d bytes of buffer capacity, have %d",
 			p.Addr, p.N, p.N+wire.ICRCLen, cap(p.Buf))
 	}
 	dip := p.Addr.Addr().Unmap()
 	if !dip.IsValid() || dip.Is4() != l.is4 {
-		return fmt.Errorf("udp: send to %v: address family does not match the link's %v", p.Addr, l.local)
+		return netip.AddrPort{}, fmt.Errorf("udp: send to %v: address family does not match the link's %v", p.Addr, l.local)
 	}
-	dst := netip.AddrPortFrom(dip, p.Addr.Port())
-	buf := p.Buf[:p.N+wire.ICRCLen]
-	ph := wire.PseudoHeader{Src: l.local, Dst: dst}
-	wire.PutICRC(buf[p.N:], wire.ComputeICRC(&ph, buf[:p.N]))
+	return netip.AddrPortFrom(dip, p.Addr.Port()), nil
+}
 
-	h := &s.hs[k]
+// gsoRun returns how many packets from pkts[0] (which is valid) form one
+// GSO message: at most limit, all to the same address, all of pkts[0]'s
+// length except possibly a shorter last one, under maxGSOBytes in all.
+func gsoRun(pkts []link.Packet, limit int) int {
+	size := pkts[0].N
+	total := size + wire.ICRCLen
+	n := 1
+	for n < len(pkts) && n < limit {
+		p := &pkts[n]
+		if p.Addr != pkts[0].Addr || p.N > size || p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) ||
+			total+p.N+wire.ICRCLen > maxGSOBytes {
+			break
+		}
+		total += p.N + wire.ICRCLen
+		n++
+		if p.N < size {
+			break
+		}
+	}
+	return n
+}
+
+// packSend computes the ICRCs of run (packet i with IPv4 ID i) and
+// describes run as message m of s, using iovecs from k on.
+func (l *Link) packSend(s *txScratch, m, k int, run []link.Packet, dst netip.AddrPort) {
+	ph := wire.PseudoHeader{Src: l.local, Dst: dst}
+	for i := range run {
+		p := &run[i]
+		buf := p.Buf[:p.N+wire.ICRCLen]
+		ph.IPID = uint16(i)
+		wire.PutICRC(buf[p.N:], wire.ComputeICRC(&ph, buf[:p.N]))
+		s.iov[k+i].Base = &buf[0]
+		s.iov[k+i].SetLen(len(buf))
+	}
+
+	h := &s.hs[m]
 	h.Len = 0
 	h.Hdr = unix.Msghdr{}
-	s.iov[k].Base = &buf[0]
-	s.iov[k].SetLen(len(buf))
 	h.Hdr.Iov = &s.iov[k]
-	h.Hdr.SetIovlen(1)
+	h.Hdr.SetIovlen(len(run))
+	if len(run) > 1 {
+		c := s.ctl[m*txCtlSpace : (m+1)*txCtlSpace]
+		ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		ch.Level = unix.SOL_UDP
+		ch.Type = unix.UDP_SEGMENT
+		ch.SetLen(txCtlLen)
+		binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(run[0].N+wire.ICRCLen))
+		h.Hdr.Control = &c[0]
+		h.Hdr.SetControllen(txCtlSpace)
+	}
 	if l.is4 {
-		sa := &s.sa4[k]
+		sa := &s.sa4[m]
 		sa.Family = unix.AF_INET
 		putPort(&sa.Port, dst.Port())
-		sa.Addr = dip.As4()
+		sa.Addr = dst.Addr().As4()
 		h.Hdr.Name = (*byte)(unsafe.Pointer(sa))
 		h.Hdr.Namelen = unix.SizeofSockaddrInet4
 	} else {
-		sa := &s.sa6[k]
-		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dip.As16()}
+		sa := &s.sa6[m]
+		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dst.Addr().As16()}
 		putPort(&sa.Port, dst.Port())
 		h.Hdr.Name = (*byte)(unsafe.Pointer(sa))
 		h.Hdr.Namelen = unix.SizeofSockaddrInet6
 	}
-	return nil
 }
 
 // maxRefused bounds how often one message is retried after the kernel
 // reported a pending ICMP error instead of sending it.
 const maxRefused = 4
 
-// sendScratch sends s.hs[:k], looping over partial sends. It returns an
-// error only if the link is closed or failed; per-packet errors are noted
-// in *firstErr and the packet dropped.
-func (l *Link) sendScratch(s *mmsgScratch, k int, firstErr *error) error {
+// sendScratch sends s.hs[:m], looping over partial sends. It returns an
+// error only if the link is closed or failed; per-message errors are noted
+// in *firstErr and the message dropped. If the kernel rejected a GSO
+// message, sendScratch turns GSO off, stops, and returns the index in the
+// caller's pkts of that message's first packet, from which to go on;
+// otherwise it returns -1.
+func (l *Link) sendScratch(s *txScratch, m int, firstErr *error) (int, error) {
 	refused := 0
-	for sent := 0; sent < k; {
-		s.off, s.cnt = sent, k-sent
+	for sent := 0; sent < m; {
+		s.off, s.cnt = sent, m-sent
 		if err := l.rc.Write(l.sendF); err != nil {
-			return l.ioError("send", err)
+			return -1, l.ioError("send", err)
 		}
 		switch s.errno {
 		case 0:
@@ -310,26 +487,37 @@ func (l *Link) sendScratch(s *mmsgScratch, k int, firstErr *error) error {
 				refused = 0
 			}
 		case unix.EBADF:
-			return l.ioError("send", s.errno)
+			return -1, l.ioError("send", s.errno)
+		case unix.EINVAL, unix.EIO:
+			if s.segs[sent] > 1 {
+				l.gso.Store(false)
+				return s.first[sent], nil
+			}
+			l.noteSendError(s, sent, firstErr)
+			sent++
 		default:
 			l.noteSendError(s, sent, firstErr)
 			sent++
 		}
 	}
-	return nil
+	return -1, nil
 }
 
-func (l *Link) noteSendError(s *mmsgScratch, k int, firstErr *error) {
+func (l *Link) noteSendError(s *txScratch, m int, firstErr *error) {
 	if *firstErr != nil {
 		return
 	}
 	var dst netip.AddrPort
 	if l.is4 {
-		dst = addrPort4(&s.sa4[k])
+		dst = addrPort4(&s.sa4[m])
 	} else {
-		dst = addrPort6(&s.sa6[k])
+		dst = addrPort6(&s.sa6[m])
 	}
-	*firstErr = fmt.Errorf("udp: send to %v: %w", dst, os.NewSyscallError("sendmmsg", s.errno))
+	what := "packet"
+	if s.segs[m] > 1 {
+		what = fmt.Sprintf("GSO message of %d packets", s.segs[m])
+	}
+	*firstErr = fmt.Errorf("udp: send %s to %v: %w", what, dst, os.NewSyscallError("sendmmsg", s.errno))
 }
 
 // sendmmsg is the raw-connection callback of Send.
@@ -373,14 +561,23 @@ func (l *Link) recvmmsg(fd uintptr) bool {
 }
 
 // Recv blocks until at least one packet arrives and returns up to
-// min(len(pkts), Config.Batch) packets received with one recvmmsg call.
-// Each datagram is received into pkts[i].Buf including its ICRC, so a
-// packet of N bytes needs len(Buf) >= N+4; larger datagrams are dropped, as
-// are datagrams shorter than a BTH and an ICRC (16 bytes).
+// len(pkts) packets. A packet of N bytes needs len(Buf) >= N+4 (it is
+// received with its ICRC); larger packets are dropped, as are datagrams
+// shorter than a BTH and an ICRC (16 bytes).
 //
-// When datagrams are dropped, the Buf slices of pkts are permuted so that
-// the packets returned are pkts[:n]; callers must not assume that pkts[i]
-// keeps the Buf it had. After Close, Recv returns link.ErrClosed.
+// With GRO, one recvmmsg call receives up to 64 messages into the link's
+// scratch buffers, each message one datagram or several coalesced ones,
+// and Recv copies the packets out into pkts. Packets that do not fit into
+// pkts are kept for the next Recv, which returns them without a system
+// call.
+//
+// Without GRO, one recvmmsg call receives up to min(len(pkts),
+// Config.Batch) datagrams straight into the Buf slices of pkts. When
+// datagrams are dropped, the Buf slices of pkts are permuted so that the
+// packets returned are pkts[:n]; callers must not assume that pkts[i] keeps
+// the Buf it had.
+//
+// After Close, Recv returns link.ErrClosed.
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	if l.closed.Load() {
 		return 0, link.ErrClosed
@@ -390,27 +587,46 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	}
 	l.recvMu.Lock()
 	defer l.recvMu.Unlock()
+	if l.gro {
+		return l.recvGRO(pkts)
+	}
+	return l.recvPlain(pkts)
+}
+
+// recvCall issues recvmmsg for s.hs[:cnt]. It reports whether anything was
+// received, or an error if the link is closed or failed.
+func (l *Link) recvCall(s *rxScratch, cnt int) (bool, error) {
+	s.off, s.cnt = 0, cnt
+	if err := l.rc.Read(l.recvF); err != nil {
+		return false, l.ioError("recv", err)
+	}
+	switch s.errno {
+	case 0:
+		return true, nil
+	case unix.EBADF, unix.EFAULT, unix.EINVAL, unix.ENOTSOCK:
+		return false, l.ioError("recv", s.errno)
+	}
+	// Errors stashed by the kernel (such as ICMP errors) or transient
+	// memory shortage: nothing was received.
+	return false, nil
+}
+
+func (l *Link) recvPlain(pkts []link.Packet) (int, error) {
 	s := &l.rx
-	want := min(len(pkts), l.batch)
+	want := min(len(pkts), len(s.hs))
 	for {
 		for i := range want {
-			l.packRecv(s, i, pkts[i].Buf)
+			buf := pkts[i].Buf
+			l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
 		}
-		s.off, s.cnt = 0, want
-		err := l.rc.Read(l.recvF)
+		ok, err := l.recvCall(s, want)
 		for i := range want {
 			s.iov[i].Base = nil // do not retain the caller's buffers
 		}
 		if err != nil {
-			return 0, l.ioError("recv", err)
+			return 0, err
 		}
-		switch s.errno {
-		case 0:
-		case unix.EBADF, unix.EFAULT, unix.EINVAL, unix.ENOTSOCK:
-			return 0, l.ioError("recv", s.errno)
-		default:
-			// Errors stashed by the kernel (such as ICMP errors) or
-			// transient memory shortage: nothing was received.
+		if !ok {
 			continue
 		}
 		if n := l.unpackRecv(s, pkts); n > 0 {
@@ -419,15 +635,43 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	}
 }
 
-// packRecv describes buf as slot k of s for recvmmsg.
-func (l *Link) packRecv(s *mmsgScratch, k int, buf []byte) {
+func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
+	s := &l.rx
+	if s.big == nil {
+		s.big = make([]byte, len(s.hs)*groSlot)
+	}
+	for {
+		if n := l.drain(s, pkts); n > 0 {
+			return n, nil
+		}
+		cnt := min(len(pkts), len(s.hs))
+		for i := range cnt {
+			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
+		}
+		ok, err := l.recvCall(s, cnt)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			s.next, s.end, s.inMsg = 0, s.n, false
+		}
+	}
+}
+
+// packRecv describes the n bytes at buf, and control buffer ctl if any, as
+// slot k of s for recvmmsg.
+func (l *Link) packRecv(s *rxScratch, k int, buf *byte, n int, ctl []byte) {
 	h := &s.hs[k]
 	h.Len = 0
 	h.Hdr = unix.Msghdr{}
-	s.iov[k].Base = unsafe.SliceData(buf)
-	s.iov[k].SetLen(len(buf))
+	s.iov[k].Base = buf
+	s.iov[k].SetLen(n)
 	h.Hdr.Iov = &s.iov[k]
 	h.Hdr.SetIovlen(1)
+	if len(ctl) > 0 {
+		h.Hdr.Control = &ctl[0]
+		h.Hdr.SetControllen(len(ctl))
+	}
 	if l.is4 {
 		h.Hdr.Name = (*byte)(unsafe.Pointer(&s.sa4[k]))
 		h.Hdr.Namelen = unix.SizeofSockaddrInet4
@@ -437,9 +681,24 @@ func (l *Link) packRecv(s *mmsgScratch, k int, buf []byte) {
 	}
 }
 
-// unpackRecv turns the s.n received datagrams into packets in pkts,
+// source returns the sender of received message i, or false if its
+// address is not of the link's family.
+func (l *Link) source(s *rxScratch, i int) (netip.AddrPort, bool) {
+	if l.is4 {
+		if s.sa4[i].Family != unix.AF_INET {
+			return netip.AddrPort{}, false
+		}
+		return addrPort4(&s.sa4[i]), true
+	}
+	if s.sa6[i].Family != unix.AF_INET6 {
+		return netip.AddrPort{}, false
+	}
+	return addrPort6(&s.sa6[i]), true
+}
+
+// unpackRecv turns the s.n datagrams received into pkts into packets,
 // dropping malformed ones, and returns the number of packets.
-func (l *Link) unpackRecv(s *mmsgScratch, pkts []link.Packet) int {
+func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 	j := 0
 	for i := range s.n {
 		h := &s.hs[i]
@@ -447,17 +706,9 @@ func (l *Link) unpackRecv(s *mmsgScratch, pkts []link.Packet) int {
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 || size < minPacket {
 			continue
 		}
-		var src netip.AddrPort
-		if l.is4 {
-			if s.sa4[i].Family != unix.AF_INET {
-				continue
-			}
-			src = addrPort4(&s.sa4[i])
-		} else {
-			if s.sa6[i].Family != unix.AF_INET6 {
-				continue
-			}
-			src = addrPort6(&s.sa6[i])
+		src, ok := l.source(s, i)
+		if !ok {
+			continue
 		}
 		if i != j {
 			pkts[i].Buf, pkts[j].Buf = pkts[j].Buf, pkts[i].Buf
@@ -466,18 +717,146 @@ func (l *Link) unpackRecv(s *mmsgScratch, pkts []link.Packet) int {
 		n := size - wire.ICRCLen
 		p.N = n
 		p.Addr = src
-		ph := wire.PseudoHeader{Src: src, Dst: l.local}
-		switch {
-		case wire.ComputeICRC(&ph, p.Buf[:n]) == wire.ICRCOf(p.Buf[n:size]):
-			p.ICRC = link.ICRCGood
-		case l.strict:
-			p.ICRC = link.ICRCBad
-		default:
-			p.ICRC = link.ICRCUnverified
-		}
+		p.ICRC = l.checkICRC(s, src, p.Buf[:n], wire.ICRCOf(p.Buf[n:size]), 0)
 		j++
 	}
 	return j
+}
+
+// enterMsg prepares the split of received GRO message s.next and reports
+// whether it is well-formed.
+func (l *Link) enterMsg(s *rxScratch) bool {
+	i := s.next
+	h := &s.hs[i]
+	size := int(h.Len)
+	if h.Hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || size < minPacket {
+		return false
+	}
+	src, ok := l.source(s, i)
+	if !ok {
+		return false
+	}
+	gso := size
+	ctl := s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)]
+	for len(ctl) > 0 {
+		ch, data, rest, err := unix.ParseOneSocketControlMessage(ctl)
+		if err != nil {
+			break
+		}
+		if ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4 {
+			if g := int(int32(binary.NativeEndian.Uint32(data))); g > 0 && g < size {
+				gso = g
+			}
+		}
+		ctl = rest
+	}
+	s.inMsg, s.pos, s.seg, s.gso, s.src = true, 0, 0, gso, src
+	return true
+}
+
+// drain splits received GRO messages into pkts, from where the last call
+// left off, and returns the number of packets. Segments too short or too
+// long for pkts' buffers are dropped.
+func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
+	j := 0
+	for j < len(pkts) && s.next < s.end {
+		if !s.inMsg && !l.enterMsg(s) {
+			s.next++
+			continue
+		}
+		i := s.next
+		size := int(s.hs[i].Len)
+		seg := min(s.gso, size-s.pos)
+		data := s.big[i*groSlot+s.pos : i*groSlot+s.pos+seg]
+		idx := s.seg
+		s.pos += seg
+		s.seg++
+		if s.pos >= size {
+			s.next++
+			s.inMsg = false
+		}
+		p := &pkts[j]
+		if seg < minPacket || seg > len(p.Buf) {
+			continue
+		}
+		copy(p.Buf, data)
+		n := seg - wire.ICRCLen
+		p.N = n
+		p.Addr = s.src
+		p.ICRC = l.checkICRC(s, s.src, p.Buf[:n], wire.ICRCOf(p.Buf[n:seg]), idx)
+		j++
+	}
+	return j
+}
+
+// checkICRC checks the ICRC got of packet pkt from src. It tries IPv4 ID
+// hint (the packet's index in a coalesced message), then ID 0, then IDs 1
+// to maxSegs-1 (a GSO sender's segments received one by one).
+func (l *Link) checkICRC(s *rxScratch, src netip.AddrPort, pkt []byte, got uint32, hint int) link.ICRCStatus {
+	ph := wire.PseudoHeader{Src: src, Dst: l.local}
+	if l.is4 && hint != 0 {
+		ph.IPID = uint16(hint)
+		if wire.ComputeICRC(&ph, pkt) == got {
+			return link.ICRCGood
+		}
+		ph.IPID = 0
+	}
+	diff := wire.ComputeICRC(&ph, pkt) ^ got
+	if diff == 0 || l.is4 && s.idMatch(len(pkt), diff) {
+		return link.ICRCGood
+	}
+	if l.strict {
+		return link.ICRCBad
+	}
+	return link.ICRCUnverified
+}
+
+// idMatch reports whether diff, the ICRC received for an IPv4 packet of n
+// bytes XOR the ICRC computed for IPv4 ID 0, is the difference that some ID
+// in 1 to maxSegs-1 makes.
+func (s *rxScratch) idMatch(n int, diff uint32) bool {
+	if s.idLen != n {
+		idDeltas(&s.idDelta, n)
+		s.idLen = n
+	}
+	for _, d := range s.idDelta[1:] {
+		if d == diff {
+			return true
+		}
+	}
+	return false
+}
+
+// zeros feeds runs of zero bytes to the CRC in idDeltas.
+var zeros [4096]byte
+
+// idDeltas sets d[id] to ICRC(ID id) XOR ICRC(ID 0) for an IPv4 RoCEv2
+// packet of n bytes; the difference depends on nothing but id and n.
+//
+// The CRC is affine in its input, so for two inputs of the same length the
+// XOR of their CRCs is the CRC register, started at zero and without the
+// final inversion, of the XOR of the inputs: here the ID field alone (the
+// two bytes at offset 12, after 8 bytes of 0xFF and 4 of the IPv4 header)
+// followed by zeros to the end of the ICRC's input (14 more bytes of the
+// IPv4 header, 8 of the UDP header, and the packet). That is linear in the
+// ID, so d is built from the deltas of the low ID bits.
+func idDeltas(d *[maxSegs]uint32, n int) {
+	var basis [idBits]uint32
+	for b := range basis {
+		// The register after the ID bytes {0, 1<<b} from zero.
+		r := crc32.IEEETable[1<<b]
+		// Then the zero bytes after them; crc32.Update takes and
+		// returns the register inverted.
+		r = ^r
+		for z := 14 + 8 + n; z > 0; z -= len(zeros) {
+			r = crc32.Update(r, crc32.IEEETable, zeros[:min(z, len(zeros))])
+		}
+		basis[b] = ^r
+	}
+	d[0] = 0
+	for id := 1; id < maxSegs; id++ {
+		d[id] = d[id&(id-1)] ^ basis[bits.TrailingZeros(uint(id))]
+	}
 }
 
 // Close closes the socket, unblocking Send and Recv. It is idempotent.

@@ -30,6 +30,9 @@ func (l *Link) LocalAddr() netip.AddrPort { return netip.AddrPort{} }
 // BufferSizes returns an error.
 func (l *Link) BufferSizes() (recv, send int, err error) { return 0, 0, errUnsupported }
 
+// Offloads reports false, false.
+func (l *Link) Offloads() (gso, gro bool) { return false, false }
+
 // Send returns an error.
 func (l *Link) Send(pkts []link.Packet) error { return errUnsupported }
 

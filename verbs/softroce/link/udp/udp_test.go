@@ -483,26 +483,50 @@ func TestBufferSizes(t *testing.T) {
 }
 
 // BenchmarkUDPLinkThroughput sends batches of 64 packets of 4096 bytes from
-// one goroutine and receives them in another, over 127.0.0.1. The sender
-// keeps at most a window of packets in flight so the receive buffer does
-// not overflow; packets lost anyway are reported as lost/op.
+// one goroutine and receives them in another, over 127.0.0.1, with plain
+// sendmmsg/recvmmsg ("mmsg"), with GSO on send and GRO on receive
+// ("gso-gro"), and with either alone. The sender keeps at most a window of
+// packets in flight so the receive buffer does not overflow; packets lost
+// anyway are reported as lost/op.
 func BenchmarkUDPLinkThroughput(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		gso, gro bool
+	}{
+		{"mmsg", false, false},
+		{"gso-gro", true, true},
+		{"gso", true, false},
+		{"gro", false, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			benchThroughput(b, Config{Addr: loop4, DisableGSO: !c.gso}, Config{Addr: loop4, DisableGRO: !c.gro})
+		})
+	}
+}
+
+func benchThroughput(b *testing.B, txCfg, rxCfg Config) {
 	const batch, size, window = 64, 4096, 4096
-	tx, err := Listen(Config{Addr: loop4})
+	tx, err := Listen(txCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tx.Close()
-	rxl, err := Listen(Config{Addr: loop4})
+	rxl, err := Listen(rxCfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rxl.Close()
+	if gso, _ := tx.Offloads(); gso == txCfg.DisableGSO {
+		b.Skipf("GSO not available")
+	}
+	if _, gro := rxl.Offloads(); gro == rxCfg.DisableGRO {
+		b.Skipf("GRO not available")
+	}
 	pkts := bufs(batch, size+wire.ICRCLen)
 	for i := range pkts {
 		pkts[i].N, pkts[i].Addr = size, rxl.LocalAddr()
 	}
-	var received atomic.Int64
+	var received, bad atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -511,6 +535,11 @@ func BenchmarkUDPLinkThroughput(b *testing.B) {
 			n, err := rxl.Recv(rx)
 			if err != nil {
 				return
+			}
+			for _, p := range rx[:n] {
+				if p.ICRC != link.ICRCGood {
+					bad.Add(1)
+				}
 			}
 			received.Add(int64(n))
 		}
@@ -540,6 +569,9 @@ func BenchmarkUDPLinkThroughput(b *testing.B) {
 	rxl.Close()
 	<-done
 	b.ReportMetric(float64(int64(sent)-received.Load())/float64(b.N), "lost/op")
+	if bad.Load() != 0 {
+		b.Fatalf("%d packets without a good ICRC", bad.Load())
+	}
 }
 
 // TestWireIPv4ID captures the datagrams on a raw IP socket (root only) and
