@@ -13,9 +13,14 @@ const (
 	DefaultRingSize     = 512 << 10
 	DefaultRecvDepth    = 64
 	DefaultKeepAlive    = 15 * time.Second
-	DefaultCloseTimeout = 2 * time.Second
-	// DefaultAckTimeout is the local ACK timeout code: 4.096 µs × 2^14 ≈ 67 ms.
-	DefaultAckTimeout = 14
+	DefaultCloseTimeout = 10 * time.Second
+	// DefaultAckTimeout is the local ACK timeout code: 4.096 µs × 2^16 ≈
+	// 268 ms, like TCP's minimum RTO. A stream learns that its peer died
+	// from the TCP control connection at once; the transport's own
+	// timeout only has to survive a receiver that is slow, so it errs
+	// long (the engine also doubles it per retry and raises it to the
+	// measured round trip).
+	DefaultAckTimeout = 16
 )
 
 // controlReserve is how many of the peer's receive requests data may not use.

@@ -150,11 +150,16 @@ func (s *Stream) Close() error {
 
 func (s *Stream) teardown() {
 	s.mu.Lock()
-	if s.err == nil && !s.peerClosed {
-		s.sendControl(ctrlClose)
-	}
 	deadline := time.Now().Add(s.e.cfg.CloseTimeout)
-	for s.err == nil && (s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline) {
+	// CLOSE needs a receive request at the peer and a control slot; wait
+	// for them as for the acknowledgements, within the same bound.
+	// When the peer closed first, nothing is owed to it.
+	sentClose := s.peerClosed
+	for s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline) {
+		if !sentClose && s.sendControl(ctrlClose) {
+			sentClose = true
+			continue
+		}
 		s.mu.Unlock()
 		select {
 		case <-s.writeReady:

@@ -170,6 +170,18 @@ func (s *Stream) Abort(err error) {
 	s.mu.Unlock()
 }
 
+// AbortUnlessPeerClosed fails the stream with err unless the peer already
+// closed it in order (its CLOSE arrived), in which case its data stays
+// readable up to io.EOF. The caller uses it when the control connection
+// ends, which happens both on an orderly close and when the peer dies.
+func (s *Stream) AbortUnlessPeerClosed(err error) {
+	s.mu.Lock()
+	if !s.peerClosed {
+		s.fail(err)
+	}
+	s.mu.Unlock()
+}
+
 // Read reads data written by the peer; io.EOF follows the last byte after
 // the peer's CloseWrite or Close.
 func (s *Stream) Read(b []byte) (int, error) {
@@ -350,6 +362,11 @@ func (s *Stream) localSGL(dst *[2]verbs.SGE, c uint64, n int) []verbs.SGE {
 // sent now go with the next one. The caller holds s.mu.
 func (s *Stream) sendControl(typ byte) bool {
 	if s.err != nil || s.ctrlInUse == maxCtrlSends || !s.prod.CanSendControl() {
+		return false
+	}
+	if s.peerClosed {
+		// The peer is tearing its queue pair down: a message now would
+		// only be retried against nothing.
 		return false
 	}
 	slot := s.e.cfg.RecvDepth + s.ctrlNext

@@ -1,0 +1,74 @@
+package netconn
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/rsock-go/rsock/ring"
+	"github.com/rsock-go/rsock/rsock"
+)
+
+// Provider names.
+const (
+	ProviderAuto     = "auto"
+	ProviderSoftRoCE = "softroce"
+	ProviderRDMACore = "rdmacore"
+	ProviderTCP      = "tcp"
+)
+
+// Environment variables read when the config leaves a knob empty.
+const (
+	EnvProvider = "RSOCK_PROVIDER"
+	EnvLink     = "RSOCK_LINK"
+	EnvRingSize = "RSOCK_RING_SIZE"
+)
+
+// settings is the resolved choice of provider, link and stream sizing.
+type settings struct {
+	provider string
+	link     string
+	stream   rsock.Config
+}
+
+// resolve fills empty knobs from the environment and checks them.
+func resolve(provider, link string, stream rsock.Config) (settings, error) {
+	if provider == "" {
+		provider = os.Getenv(EnvProvider)
+	}
+	if provider == "" {
+		provider = ProviderAuto
+	}
+	switch provider {
+	case ProviderAuto, ProviderSoftRoCE, ProviderRDMACore, ProviderTCP:
+	default:
+		return settings{}, fmt.Errorf("netconn: unknown provider %q (want auto, softroce, rdmacore or tcp)", provider)
+	}
+	if link == "" {
+		link = os.Getenv(EnvLink)
+	}
+	if link == "" {
+		link = "udp"
+	}
+	if link != "udp" {
+		return settings{}, fmt.Errorf("netconn: unknown link %q (this build has udp)", link)
+	}
+	if stream.RingSize == 0 {
+		if v := os.Getenv(EnvRingSize); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return settings{}, fmt.Errorf("netconn: %s=%q: %w", EnvRingSize, v, err)
+			}
+			stream.RingSize = n
+		}
+	}
+	if stream.RingSize != 0 {
+		if err := ring.CheckSize(stream.RingSize); err != nil {
+			return settings{}, fmt.Errorf("netconn: %w", err)
+		}
+	}
+	return settings{provider: provider, link: link, stream: stream}, nil
+}
+
+// rdma reports whether RDMA is to be tried at all.
+func (s settings) rdma() bool { return s.provider != ProviderTCP }

@@ -1,0 +1,152 @@
+package netconn
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rsock-go/rsock/rsock"
+)
+
+// Conn is a connection from Dial or a Listener's Accept: an RDMA stream
+// with a TCP control connection, or a plain TCP connection.
+type Conn struct {
+	tcp       net.Conn      // the TCP connection (control channel, or the data path)
+	stream    *rsock.Stream // nil on the TCP path
+	dev       *sharedDevice // nil on the TCP path
+	transport string
+	reason    string // why a conn that tried RDMA is on TCP
+
+	closeOnce sync.Once
+	closeErr  error
+	closing   atomic.Bool
+	liveDone  chan struct{}
+	grace     atomic.Pointer[time.Timer]
+}
+
+var _ net.Conn = (*Conn)(nil)
+
+// peerGoneGrace is how long, after the control connection ends, a stream
+// waits for the peer's in-band CLOSE before it fails: an orderly close
+// sends CLOSE just before the TCP FIN, a killed process sends only the FIN.
+const peerGoneGrace = time.Second
+
+// errPeerGone is the cause when the control connection ends without the
+// peer closing the stream.
+var errPeerGone = errors.New("netconn: connection reset: the peer's control connection closed")
+
+func newTCPConn(c net.Conn, reason string) *Conn {
+	return &Conn{tcp: c, transport: "tcp", reason: reason}
+}
+
+func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {
+	cn := &Conn{tcp: c, stream: s, dev: d, transport: d.transport(), liveDone: make(chan struct{})}
+	go cn.watchControl()
+	return cn
+}
+
+// watchControl reads the control connection, which carries nothing after
+// the handshake, until it ends; then the stream fails unless the peer
+// closed it in order.
+func (c *Conn) watchControl() {
+	defer close(c.liveDone)
+	var b [64]byte
+	for {
+		if _, err := c.tcp.Read(b[:]); err != nil {
+			break
+		}
+	}
+	if c.closing.Load() {
+		return
+	}
+	c.grace.Store(time.AfterFunc(peerGoneGrace, func() { c.stream.AbortUnlessPeerClosed(errPeerGone) }))
+}
+
+// FallbackReason says why a connection is on TCP: empty on RDMA, and for
+// a dialer or client that never tried (provider tcp, a plain client).
+func (c *Conn) FallbackReason() string { return c.reason }
+
+// Transport reports the path: "rdma/<provider>/<link>" or "tcp".
+func (c *Conn) Transport() string { return c.transport }
+
+// Read reads from the connection.
+func (c *Conn) Read(b []byte) (int, error) {
+	if c.stream != nil {
+		return c.stream.Read(b)
+	}
+	return c.tcp.Read(b)
+}
+
+// Write writes to the connection.
+func (c *Conn) Write(b []byte) (int, error) {
+	if c.stream != nil {
+		return c.stream.Write(b)
+	}
+	return c.tcp.Write(b)
+}
+
+// CloseWrite shuts down the writing side: the peer reads the data sent so
+// far, then io.EOF.
+func (c *Conn) CloseWrite() error {
+	if c.stream != nil {
+		return c.stream.CloseWrite()
+	}
+	if cw, ok := c.tcp.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return &net.OpError{Op: "close", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errors.ErrUnsupported}
+}
+
+// Close closes the connection; on the RDMA path it first lets the data
+// written be delivered (bounded by the stream's CloseTimeout). It is
+// idempotent.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		if c.stream != nil {
+			c.closing.Store(true)
+			c.closeErr = c.stream.Close()
+			c.tcp.Close()
+			<-c.liveDone
+			if t := c.grace.Load(); t != nil {
+				t.Stop()
+			}
+			releaseDevice(c.dev)
+			return
+		}
+		c.closeErr = c.tcp.Close()
+	})
+	return c.closeErr
+}
+
+// LocalAddr is the local TCP address.
+func (c *Conn) LocalAddr() net.Addr { return c.tcp.LocalAddr() }
+
+// RemoteAddr is the peer's TCP address.
+func (c *Conn) RemoteAddr() net.Addr { return c.tcp.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.stream != nil {
+		return c.stream.SetDeadline(t)
+	}
+	return c.tcp.SetDeadline(t)
+}
+
+// SetReadDeadline sets the read deadline; Read returns an error wrapping
+// os.ErrDeadlineExceeded after it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.stream != nil {
+		return c.stream.SetReadDeadline(t)
+	}
+	return c.tcp.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.stream != nil {
+		return c.stream.SetWriteDeadline(t)
+	}
+	return c.tcp.SetWriteDeadline(t)
+}

@@ -1,0 +1,40 @@
+// Package netconn is rsock's public API: a net.Listener and net.Conn that
+// carry each byte stream over an RDMA reliable-connected queue pair, and
+// fall back to TCP when the peer, the path or the host cannot do RDMA.
+//
+// It follows package net:
+//
+//	ln, err := netconn.Listen("tcp", ":8080")       // a net.Listener
+//	c, err := netconn.Dial("tcp", "server:8080")     // a net.Conn
+//	d := netconn.Dialer{Provider: "softroce"}; d.DialContext(ctx, "tcp", addr)
+//	lc := netconn.ListenConfig{}; lc.Listen(ctx, "tcp", ":8080")
+//
+// Every conn is a *Conn; Transport reports "rdma/<provider>/<link>" (for
+// example "rdma/softroce/udp") or "tcp".
+//
+// How a connection is made: the dialer connects over TCP and sends a
+// versioned preface and a Hello with its queue pair and receive ring
+// (package fallback). The listener sniffs every accepted connection: a
+// plain TCP client (curl, a plain net.Dial) is served as plain TCP with
+// the sniffed bytes replayed; an rsock dialer is answered Accept, with the
+// listener's parameters, or Decline. After the handshake the TCP
+// connection stays open as the liveness channel: when the peer process
+// dies its kernel closes the socket and the stream fails at once. Data
+// goes over RDMA. A dialer that reaches a plain TCP server reconnects
+// plainly and remembers that address for a while. A Decline, a provider
+// that cannot start, or a failed queue pair setup leaves both sides on the
+// same TCP connection.
+//
+// Knobs, in the config structs and the environment (the struct wins):
+//
+//	RSOCK_PROVIDER  auto (default) | softroce | rdmacore | tcp
+//	                auto uses rdmacore when built in with a usable device,
+//	                else softroce; tcp turns RDMA off.
+//	RSOCK_LINK      udp (default): the soft-RoCE packet link.
+//	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
+//	                two from 4096 to 67108864 (default 524288).
+//
+// ListenConfig.SniffTimeout (default 200 ms) bounds how long the listener
+// waits for a preface before serving a silent client as plain TCP, for
+// protocols where the server speaks first.
+package netconn

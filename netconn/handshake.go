@@ -1,0 +1,47 @@
+package netconn
+
+import (
+	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/rsock"
+)
+
+// helloFor describes a local endpoint to the peer.
+func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
+	return &fallback.Hello{
+		Version:      fallback.Version,
+		Capabilities: fallback.CapStream,
+		Provider:     d.dev.Provider(),
+		Link:         d.dev.Link(),
+		GID:          p.GID,
+		UDPPort:      p.UDPPort,
+		QPN:          p.QPN,
+		PSN:          p.PSN,
+		MTU:          uint32(p.MTU),
+		RingAddr:     p.RingAddr,
+		RingRKey:     p.RingRKey,
+		RingSize:     uint32(p.RingSize),
+		RecvDepth:    uint32(p.RecvDepth),
+	}
+}
+
+// paramsOf reads the peer's endpoint out of its Hello.
+func paramsOf(h *fallback.Hello) rsock.Params {
+	return rsock.Params{
+		GID:       h.GID,
+		UDPPort:   h.UDPPort,
+		QPN:       h.QPN,
+		PSN:       h.PSN,
+		MTU:       int(h.MTU),
+		RingAddr:  h.RingAddr,
+		RingRKey:  h.RingRKey,
+		RingSize:  int(h.RingSize),
+		RecvDepth: int(h.RecvDepth),
+	}
+}
+
+// compatible reports whether the peer runs a provider and link this side
+// can talk to. Every provider speaks RoCEv2; soft-RoCE's udp link reaches
+// RNICs and rxe as long as the peer's UDP port is given.
+func compatible(local *sharedDevice, h *fallback.Hello) bool {
+	return h.Capabilities&fallback.CapStream != 0 && local.dev.Link() == "udp" && h.Link == "udp"
+}
