@@ -1,0 +1,58 @@
+// Command rsockbench benchmarks rsock.
+//
+// Usage:
+//
+//	rsockbench <subcommand> [flags]
+//
+// Each subcommand is a benchmark mode with its own flags (see
+// 'rsockbench <subcommand> -h'):
+//
+//	verbs   RDMA verbs tests over soft-RoCE, shaped like perftest's
+//	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
+//
+// Exit status: 0 on success, 1 when a benchmark fails, 2 on a usage error.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// run dispatches to a subcommand. Adding a mode takes one case here, one
+// line in usageText and one file holding its run function.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "verbs":
+		return runVerbs(rest, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "rsockbench: unknown subcommand %q\n\n%s", cmd, usageText)
+		return exitUsage
+	}
+}
+
+const usageText = `usage: rsockbench <subcommand> [flags]
+
+Subcommands:
+  verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
+
+Run 'rsockbench <subcommand> -h' for the flags of a subcommand.
+`
