@@ -114,6 +114,11 @@ var (
 	// ErrNotRsock means the peer answered with bytes that are not an rsock
 	// frame: it is most likely a plain TCP server.
 	ErrNotRsock = errors.New("fallback: peer does not speak rsock")
+	// ErrEcho means a reply began like our own preface: a plain server
+	// echoing it, or an rsock listener that stopped sniffing before the
+	// preface arrived and serves the connection as plain TCP. It matches
+	// ErrNotRsock too.
+	ErrEcho = fmt.Errorf("%w: it echoed the preface", ErrNotRsock)
 	// ErrVersion means the peer uses a preface or frame version this package
 	// does not speak.
 	ErrVersion = errors.New("fallback: unsupported version")
@@ -301,6 +306,9 @@ func readFrame(r io.Reader, typ byte, what string) (uint16, []byte, error) {
 			return 0, nil, readErr(what, err)
 		}
 		if hdr[i] != m {
+			if typ == frameReply && i == 0 && hdr[0] == Preface[0] {
+				return 0, nil, errorf(ErrEcho, "reading %s: got %q, the start of our own preface", what, hdr[:1])
+			}
 			return 0, nil, errorf(notFrame, "reading %s: got %q, not an rsock frame", what, hdr[:i+1])
 		}
 	}

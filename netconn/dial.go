@@ -70,7 +70,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if plain == provenPlain {
 			plainServers.MarkPlain(address)
 		}
-		return d.dialPlain(ctx, network, address)
+		pc, perr := d.dialPlain(ctx, network, address)
+		if perr == nil {
+			pc.(*Conn).reason = "the server did not complete the rsock handshake: " + err.Error()
+		}
+		return pc, perr
 	}
 	if err != nil {
 		c.Close()
@@ -128,7 +132,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		// The listener waits for a Hello that will not come: start over
 		// on plain TCP.
 		releaseDevice(dev)
-		return nil, maybePlain, nil
+		return nil, maybePlain, err
 	}
 	fail := func() { ep.Close(); releaseDevice(dev) }
 	if err := fallback.WriteHello(c, helloFor(dev, ep.Params())); err != nil {
@@ -143,10 +147,16 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		}
 		var ne net.Error
 		switch {
+		case errors.Is(err, fallback.ErrEcho):
+			// Our own preface came back: a plain echo server, or an rsock
+			// listener whose sniff gave up before our preface arrived (it
+			// serves us as plain TCP). Only the first is worth remembering,
+			// so remember neither.
+			return nil, maybePlain, err
 		case errors.Is(err, fallback.ErrNotRsock) || errors.Is(err, fallback.ErrVersion):
-			return nil, provenPlain, nil
+			return nil, provenPlain, err
 		case errors.As(err, &ne) && ne.Timeout() || isEOF(err):
-			return nil, maybePlain, nil
+			return nil, maybePlain, err
 		}
 		return nil, notPlain, err
 	}

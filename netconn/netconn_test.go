@@ -186,6 +186,17 @@ func TestPlainServer(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer s.Close()
+				// A line-protocol server: it rejects what it does not
+				// understand, and echoes otherwise.
+				first := make([]byte, 1)
+				if _, err := io.ReadFull(s, first); err != nil {
+					return
+				}
+				if first[0] == fallback.Preface[0] {
+					s.Write([]byte("-ERR unknown command\r\n"))
+					return
+				}
+				s.Write(first)
 				io.Copy(s, s)
 			}()
 		}
@@ -304,7 +315,9 @@ func TestManyConns(t *testing.T) {
 	if testing.Short() {
 		conns = 50
 	}
-	ln := listen(t, ListenConfig{Stream: streamSmall})
+	// A generous sniff timeout: 200 dialers at once under the race
+	// detector may take longer than the default to send their preface.
+	ln := listen(t, ListenConfig{Stream: streamSmall, SniffTimeout: 10 * time.Second})
 	var served sync.WaitGroup
 	go func() {
 		for {
@@ -451,5 +464,47 @@ func TestProviderKnobs(t *testing.T) {
 	}
 	if _, err := Dial("udp", "127.0.0.1:1"); err == nil {
 		t.Fatal("udp network accepted")
+	}
+}
+
+// TestPlainEchoServer: a plain echo server sends our preface back; the
+// dialer reconnects on TCP but does not remember the address, since an
+// rsock listener that gave up sniffing looks the same.
+func TestPlainEchoServer(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer inner.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s, err := inner.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer s.Close()
+				io.Copy(s, s)
+			}()
+		}
+	}()
+	addr := inner.Addr().String()
+	c, err := Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if transport(c) != "tcp" || !strings.Contains(c.(*Conn).FallbackReason(), "own preface") {
+		t.Fatalf("transport %q, reason %q", transport(c), c.(*Conn).FallbackReason())
+	}
+	echoCheckSelf(t, c, 64<<10)
+	if plainServers.IsPlain(addr) {
+		t.Fatal("an echo of the preface was cached as a plain server")
 	}
 }

@@ -1,7 +1,6 @@
 package rsock
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -10,31 +9,28 @@ import (
 	"github.com/rsock-go/rsock/verbs"
 )
 
-// poll drains the stream's completion queue: data arrivals, control
-// messages, and the completions of its own writes. It runs until Close.
-func (s *Stream) poll(ctx context.Context) {
-	defer close(s.pollerDone)
-	wcs := make([]verbs.WC, 32)
+// drive handles the completions waiting in the stream's queue: data
+// arrivals, control messages, and the completions of its own writes; then
+// it returns credits if they are due. There is no goroutine per stream:
+// whoever needs progress (a Read, a Write, Close, the keep-alive timer)
+// drives, and a waiter woken by the queue's notification wakes the others
+// through their ready channels. The caller holds s.mu.
+func (s *Stream) drive() {
 	for {
-		n, err := s.e.cq.Poll(wcs)
+		n, err := s.e.cq.Poll(s.wcs)
 		if err != nil {
-			s.Abort(fmt.Errorf("rsock: completion queue: %w", err))
+			s.fail(fmt.Errorf("rsock: completion queue: %w", err))
 			return
 		}
-		if n == 0 {
-			if s.e.cq.Wait(ctx) != nil {
-				return
-			}
-			continue
+		for i := range s.wcs[:n] {
+			s.complete(&s.wcs[i])
 		}
-		s.mu.Lock()
-		for i := range wcs[:n] {
-			s.complete(&wcs[i])
+		if n < len(s.wcs) {
+			break
 		}
-		if s.cons.ShouldReport() {
-			s.sendControl(ctrlCredit)
-		}
-		s.mu.Unlock()
+	}
+	if s.cons.ShouldReport() {
+		s.sendControl(ctrlCredit)
 	}
 }
 
@@ -100,6 +96,7 @@ func (s *Stream) onKeepAlive() {
 	if s.closed || s.err != nil {
 		return
 	}
+	s.drive()
 	every := s.e.cfg.KeepAlive
 	if idle := time.Since(s.lastSend); idle >= every {
 		s.sendControl(ctrlKeepAlive)
@@ -125,12 +122,14 @@ func (s *Stream) CloseWrite() error {
 		case s.err != nil:
 			return s.opError("close", s.err)
 		}
+		s.drive()
 		if s.sendControl(ctrlFIN) {
 			s.wclosed = true
 			return nil
 		}
 		s.mu.Unlock()
 		select {
+		case <-s.e.cq.Notify():
 		case <-s.writeReady:
 		case <-s.wdl.wait():
 			s.mu.Lock()
@@ -154,14 +153,15 @@ func (s *Stream) teardown() {
 	// CLOSE needs a receive request at the peer and a control slot; wait
 	// for them as for the acknowledgements, within the same bound.
 	// When the peer closed first, nothing is owed to it.
-	sentClose := s.peerClosed
-	for s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline) {
+	sentClose := false
+	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
 		if !sentClose && s.sendControl(ctrlClose) {
 			sentClose = true
 			continue
 		}
 		s.mu.Unlock()
 		select {
+		case <-s.e.cq.Notify():
 		case <-s.writeReady:
 		case <-time.After(time.Until(deadline)):
 		}
@@ -178,8 +178,6 @@ func (s *Stream) teardown() {
 	if s.keepalive != nil {
 		s.keepalive.Stop()
 	}
-	s.cancel()
-	<-s.pollerDone
 	s.rdl.stop()
 	s.wdl.stop()
 	s.e.release()

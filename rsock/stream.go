@@ -1,7 +1,6 @@
 package rsock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -67,8 +66,7 @@ type Stream struct {
 	readReady   chan struct{}
 	writeReady  chan struct{}
 	rdl, wdl    *deadline
-	cancel      context.CancelFunc
-	pollerDone  chan struct{}
+	wcs         []verbs.WC // completions being handled by drive
 	keepalive   *time.Timer
 	closeOnce   sync.Once
 	teardownErr error
@@ -121,15 +119,12 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		writeReady:   make(chan struct{}, 1),
 		rdl:          newDeadline(),
 		wdl:          newDeadline(),
-		pollerDone:   make(chan struct{}),
+		wcs:          make([]verbs.WC, 32),
 		lastSend:     time.Now(),
 	}
 	if s.opts.Net == "" {
 		s.opts.Net = "rdma"
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	go s.poll(ctx)
 	if e.cfg.KeepAlive > 0 {
 		s.keepalive = time.AfterFunc(e.cfg.KeepAlive, s.onKeepAlive)
 	}
@@ -176,6 +171,9 @@ func (s *Stream) Abort(err error) {
 // ends, which happens both on an orderly close and when the peer dies.
 func (s *Stream) AbortUnlessPeerClosed(err error) {
 	s.mu.Lock()
+	if !s.closed {
+		s.drive() // a CLOSE may wait in the completion queue
+	}
 	if !s.peerClosed {
 		s.fail(err)
 	}
@@ -193,6 +191,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 			s.mu.Unlock()
 			return 0, s.opError("read", net.ErrClosed)
 		}
+		s.drive()
 		if s.cons.Readable() > 0 {
 			break
 		}
@@ -211,6 +210,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 		}
 		s.mu.Unlock()
 		select {
+		case <-s.e.cq.Notify():
 		case <-s.readReady:
 		case <-s.rdl.wait():
 			return 0, s.opError("read", os.ErrDeadlineExceeded)
@@ -296,6 +296,7 @@ func (s *Stream) waitWritable(want int) (int, error) {
 		if want == 0 {
 			return 0, nil
 		}
+		s.drive()
 		sendFree := s.e.send.Size() - int(s.sendHead-s.sendFreed)
 		n := min(want, s.prod.FreeBytes(), sendFree, s.maxMsg)
 		if n > 0 && s.prod.CanSendData() {
@@ -303,6 +304,7 @@ func (s *Stream) waitWritable(want int) (int, error) {
 		}
 		s.mu.Unlock()
 		select {
+		case <-s.e.cq.Notify():
 		case <-s.writeReady:
 		case <-s.wdl.wait():
 		}

@@ -58,6 +58,10 @@ type CQ interface {
 	// Wait blocks until the CQ holds a completion, ctx ends (ctx.Err()),
 	// or the CQ is closed (ErrClosed).
 	Wait(ctx context.Context) error
+	// Notify returns a channel that receives a token after completions
+	// are added (like an ibv completion channel): wait on it in a select
+	// with other events, then Poll. A token may be stale; Poll says.
+	Notify() <-chan struct{}
 	// Close destroys the CQ. It is idempotent.
 	Close() error
 }

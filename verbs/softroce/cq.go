@@ -98,6 +98,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 	}
 }
 
+// Notify returns the channel that receives a token when completions are
+// added.
+func (c *CQ) Notify() <-chan struct{} { return c.notify }
+
 // Close destroys the CQ. It is idempotent.
 func (c *CQ) Close() error {
 	d := c.dev

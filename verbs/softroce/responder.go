@@ -15,6 +15,9 @@ type responderState struct {
 	ackPending bool   // an ACK for ackPSN is owed
 	ackPSN     uint32 //
 	ackQueued  bool   // the QP is on the receiver's list of owed ACKs
+	ackUrgent  bool   // the owed ACK must not be delayed (it answers a duplicate)
+	unacked    int    // request packets accepted since the last ACK or NAK
+	ackDue     int64  // when a delayed ACK goes out (monotonic ns), 0 if none
 
 	inSend  bool   // a multi-packet SEND is in progress into the head receive WQE
 	recvOff uint64 // bytes of it placed so far
@@ -103,7 +106,12 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		return
 	}
 	r.nakSent = false
-	if pkt.BTH.AckReq() && !fl.Has(wire.FlagRead) && !fl.Has(wire.FlagAtomic) {
+	if fl.Has(wire.FlagRead) || fl.Has(wire.FlagAtomic) {
+		r.unacked = 0 // answered already
+		return
+	}
+	r.unacked++
+	if pkt.BTH.AckReq() {
 		q.owe(rx, psn)
 	}
 }
@@ -315,6 +323,7 @@ func (q *QP) duplicate(pkt *wire.Packet, rx *receiver) {
 	psn := pkt.BTH.PSN()
 	fl := pkt.BTH.Opcode().Flags()
 	if !fl.Has(wire.FlagRead) && !fl.Has(wire.FlagAtomic) {
+		r.ackUrgent = true // the requester is retrying: stop it quickly
 		q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
 		return
 	}
@@ -360,12 +369,31 @@ func (q *QP) sendOwedAck(rx *receiver) {
 	if !r.ackPending {
 		return
 	}
-	r.ackPending = false
 	switch q.attr.State {
 	case verbs.QPSRTR, verbs.QPSRTS, verbs.QPSSQD, verbs.QPSSQE:
-		q.sendAETH(rx, r.ackPSN, wire.ACKSyndrome(31))
+	default:
+		r.ackPending = false
+		return
 	}
+	// Light traffic (a request/response exchange) delays its ACK a
+	// little, so that one ACK covers several messages instead of costing
+	// a packet and a wake-up per message; a burst is acknowledged at once.
+	if !r.ackUrgent && r.unacked < delayedAckPackets {
+		if r.ackDue == 0 {
+			r.ackDue = nanotime() + delayedAckNanos
+			q.armTimer()
+		}
+		return
+	}
+	r.ackPending = false
+	q.sendAETH(rx, r.ackPSN, wire.ACKSyndrome(31))
 }
+
+// Delayed ACKs: at most this many packets or this long.
+const (
+	delayedAckPackets = 4
+	delayedAckNanos   = 200_000
+)
 
 // rnrNAK tells the requester that no receive WQE is posted.
 func (q *QP) rnrNAK(rx *receiver, psn uint32) {
@@ -390,10 +418,22 @@ func (q *QP) respondError(rx *receiver, psn uint32, code wire.NAKCode, status ve
 // sendAETH sends an ACKNOWLEDGE packet with the given syndrome. A pending
 // coalesced ACK is superseded.
 func (q *QP) sendAETH(rx *receiver, psn uint32, syn wire.Syndrome) {
-	if q.resp.ackPending && psnDiff(psn, q.resp.ackPSN) > 0 {
-		q.resp.ackPending = false
-	}
+	q.noteAETHSent(psn)
 	q.buildAETH(rx.packet(), psn, syn)
+}
+
+// noteAETHSent updates the ACK state for an ACK or NAK of psn going out:
+// it covers every packet before psn, and an owed ACK up to psn.
+func (q *QP) noteAETHSent(psn uint32) {
+	r := &q.resp
+	if r.ackPending && psnDiff(psn, r.ackPSN) >= 0 {
+		r.ackPending = false
+	}
+	if !r.ackPending {
+		r.ackDue = 0
+		r.ackUrgent = false
+	}
+	r.unacked = 0
 }
 
 // buildAETH fills p with an ACKNOWLEDGE packet.
@@ -406,9 +446,9 @@ func (q *QP) buildAETH(p *link.Packet, psn uint32, syn wire.Syndrome) {
 }
 
 // flushOwedAck sends a coalesced ACK that is still owed, from the QP's own
-// buffers. Close uses it: the receive loop may not have reached the end of
-// its batch, and a requester whose last message is never acknowledged
-// retries against a QP that is gone.
+// buffers: when a delayed ACK is due, and at Close, where the receive loop
+// may not have reached the end of its batch and a requester whose last
+// message is never acknowledged would retry against a QP that is gone.
 func (q *QP) flushOwedAck() {
 	r := &q.resp
 	if !r.ackPending || len(q.tx) == 0 {
@@ -419,9 +459,10 @@ func (q *QP) flushOwedAck() {
 	default:
 		return
 	}
-	r.ackPending = false
 	q.flushTx()
-	q.buildAETH(&q.tx[0], r.ackPSN, wire.ACKSyndrome(31))
+	psn := r.ackPSN
+	q.noteAETHSent(psn)
+	q.buildAETH(&q.tx[0], psn, wire.ACKSyndrome(31))
 	q.dev.send(q.tx[:1])
 }
 
