@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/rsock-go/rsock/rsock"
 )
 
 // benchPair returns a connected pair over rsock ("rsock") or plain TCP
@@ -133,3 +136,57 @@ func sizeName(n int) string {
 	}
 	return strconv.Itoa(n) + "B"
 }
+
+// BenchmarkConnMemory reports what one idle rsock connection pair costs at
+// the default ring size: Go heap per connection (both ends counted once
+// each) and registered (mmap) bytes per connection.
+func BenchmarkConnMemory(b *testing.B) {
+	const n = 50
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		conns := make([]net.Conn, 0, 2*n)
+		for j := 0; j < n; j++ {
+			c, s := benchPairOn(b, ln)
+			conns = append(conns, c, s)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(2*n), "heap-B/conn")
+		b.ReportMetric(float64(registeredBytes(rsockDefaultRing())), "registered-B/conn")
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
+func benchPairOn(b *testing.B, ln net.Listener) (net.Conn, net.Conn) {
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	c, err := Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := <-acc
+	if s == nil || transport(c) == "tcp" {
+		b.Fatal("no RDMA connection")
+	}
+	return c, s
+}
+
+// registeredBytes is what rsock.NewEndpoint maps and registers for a ring
+// size: the receive ring, the send ring, and the control slots.
+func registeredBytes(ring int) int {
+	return 2*ring + (rsock.DefaultRecvDepth+16)*24
+}
+
+func rsockDefaultRing() int { return rsock.DefaultRingSize }

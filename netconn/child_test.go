@@ -73,8 +73,9 @@ func TestPeerKilled(t *testing.T) {
 	killed := time.Now()
 	readErr := make(chan error, 1)
 	go func() {
+		rbuf := make([]byte, 64<<10)
 		for {
-			if _, err := s.Read(buf); err != nil {
+			if _, err := s.Read(rbuf); err != nil {
 				readErr <- err
 				return
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/fallback"
@@ -135,12 +136,14 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		return nil, maybePlain, err
 	}
 	fail := func() { ep.Close(); releaseDevice(dev) }
-	if err := fallback.WriteHello(c, helloFor(dev, ep.Params())); err != nil {
-		fail()
-		return nil, notPlain, err
-	}
+	werr := fallback.WriteHello(c, helloFor(dev, ep.Params()))
 	reply, err := fallback.ReadReply(c)
+	if werr != nil && err == nil {
+		err = werr // it answered, but did not read our Hello
+	}
 	if err != nil {
+		// A plain server may already have answered our preface and hung
+		// up, failing the Hello's write: what it said tells which.
 		fail()
 		if ctx.Err() != nil {
 			return nil, notPlain, ctx.Err()
@@ -155,7 +158,8 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 			return nil, maybePlain, err
 		case errors.Is(err, fallback.ErrNotRsock) || errors.Is(err, fallback.ErrVersion):
 			return nil, provenPlain, err
-		case errors.As(err, &ne) && ne.Timeout() || isEOF(err):
+		case errors.As(err, &ne) && ne.Timeout() || isEOF(err) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
 			return nil, maybePlain, err
 		}
 		return nil, notPlain, err

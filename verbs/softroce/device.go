@@ -58,8 +58,8 @@ type Device struct {
 	cqs    map[*CQ]struct{}
 	closed atomic.Bool
 
-	// atomicMu serialises atomic operations executed by responders.
-	atomicMu sync.Mutex
+	// txPool lends request packet buffers to transmitting QPs.
+	txPool sync.Pool
 
 	rx     *receiver
 	rxDone chan struct{}
@@ -108,6 +108,7 @@ func Open(cfg Config) (*Device, error) {
 			GIDs:      []verbs.GID{verbs.GIDFromAddr(local.Addr())},
 		},
 	}
+	d.txPool.New = newTxBuffers
 	d.rx = newReceiver(d, cfg.RecvBatch)
 	go d.rx.loop()
 	return d, nil

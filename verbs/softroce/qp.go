@@ -102,8 +102,10 @@ type QP struct {
 	comp completerState
 	resp responderState
 
-	// tx holds request packets being built by the requester.
+	// tx holds request packets being built, in buffers borrowed from
+	// the device (txb) while the QP transmits.
 	tx    []link.Packet
+	txb   *txBuffers
 	txN   int
 	timer *time.Timer
 	// timerAt is when timer fires (monotonic ns), or 0 when stopped.
@@ -287,7 +289,6 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.reset()
 	case verbs.QPSRTR:
 		q.resp.reset(a.RQPSN, int(a.MaxDestRdAtomic))
-		q.allocTx()
 	case verbs.QPSRTS:
 		if cur == verbs.QPSRTR {
 			q.req = requesterState{nextPSN: a.SQPSN, highPSN: a.SQPSN}
@@ -348,17 +349,37 @@ func (q *QP) setState(s verbs.QPState) {
 	q.state.Store(uint32(s))
 }
 
-// allocTx sizes the requester's packet buffers for the path MTU.
-func (q *QP) allocTx() {
-	size := maxHeaderLen + int(q.mtu) + 8
-	if len(q.tx) > 0 && cap(q.tx[0].Buf) >= size {
+// txBuffers is a batch of request packet buffers. A QP borrows one from
+// its device's pool only while it transmits, so that idle QPs (thousands
+// of mostly quiet connections) hold no packet memory.
+type txBuffers struct{ pkts []link.Packet }
+
+func newTxBuffers() any {
+	t := &txBuffers{pkts: make([]link.Packet, txBatch)}
+	mem := make([]byte, txBatch*maxPacketLen)
+	for i := range t.pkts {
+		t.pkts[i].Buf = mem[i*maxPacketLen : (i+1)*maxPacketLen : (i+1)*maxPacketLen]
+	}
+	return t
+}
+
+// borrowTx makes q.tx usable. The caller holds q.mu and calls returnTx
+// before releasing it.
+func (q *QP) borrowTx() {
+	if q.txb == nil {
+		q.txb = q.dev.txPool.Get().(*txBuffers)
+		q.tx = q.txb.pkts
+	}
+}
+
+// returnTx sends what is built and gives the buffers back.
+func (q *QP) returnTx() {
+	if q.txb == nil {
 		return
 	}
-	q.tx = make([]link.Packet, txBatch)
-	mem := make([]byte, txBatch*size)
-	for i := range q.tx {
-		q.tx[i].Buf = mem[i*size : (i+1)*size : (i+1)*size]
-	}
+	q.flushTx()
+	q.dev.txPool.Put(q.txb)
+	q.txb, q.tx = nil, nil
 }
 
 // reset discards every queued request and returns to RESET.

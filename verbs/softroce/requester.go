@@ -24,9 +24,11 @@ func (q *QP) inflight() int {
 // runRequester transmits queued requests while the window allows. The
 // caller holds q.mu.
 func (q *QP) runRequester() {
-	if q.attr.State != verbs.QPSRTS || q.req.rnrWait {
+	if q.attr.State != verbs.QPSRTS || q.req.rnrWait || q.sqNext == q.sqTail {
 		return
 	}
+	q.borrowTx()
+	defer q.returnTx()
 	sent := false
 	for q.sqNext != q.sqTail {
 		idx := q.sqNext

@@ -451,7 +451,7 @@ func (q *QP) buildAETH(p *link.Packet, psn uint32, syn wire.Syndrome) {
 // message is never acknowledged would retry against a QP that is gone.
 func (q *QP) flushOwedAck() {
 	r := &q.resp
-	if !r.ackPending || len(q.tx) == 0 {
+	if !r.ackPending {
 		return
 	}
 	switch q.attr.State {
@@ -459,11 +459,11 @@ func (q *QP) flushOwedAck() {
 	default:
 		return
 	}
-	q.flushTx()
+	q.borrowTx()
+	defer q.returnTx()
 	psn := r.ackPSN
 	q.noteAETHSent(psn)
-	q.buildAETH(&q.tx[0], psn, wire.ACKSyndrome(31))
-	q.dev.send(q.tx[:1])
+	q.buildAETH(q.txPacket(), psn, wire.ACKSyndrome(31))
 }
 
 func (q *QP) encodeResponseBTH(b []byte, op wire.Opcode, psn uint32, pad uint8) {

@@ -44,12 +44,14 @@ func (s ICRCStatus) String() string {
 	return "invalid"
 }
 
-// Packet is one RoCEv2 packet buffer exchanged with a Link. The caller owns
-// Buf; a Link never retains it after Send or Recv returns.
+// Packet is one RoCEv2 packet buffer exchanged with a Link. A Link never
+// retains a Buf the caller passed in after Send or Recv returns. Recv may
+// however replace Buf with a view of memory the link owns; see Link.Recv.
 type Packet struct {
 	// Buf is the backing storage. For Send, cap(Buf) must be at least N+4 so
-	// the link can append the ICRC in place. For Recv, len(Buf) bounds the
-	// packet size that can be received.
+	// the link can append the ICRC in place. For Recv, a link that receives
+	// into the caller's buffers drops packets longer than len(Buf)-4; a
+	// link that returns views of its own memory ignores the Buf passed in.
 	Buf []byte
 	// N is the packet length from the BTH up to and including the pad
 	// bytes, without the ICRC. On Send the link appends the 4-byte ICRC
@@ -78,6 +80,18 @@ type Link interface {
 	// Recv blocks until at least one packet arrives, fills pkts[:n] (Buf
 	// contents, N, Addr and ICRC) and returns n. After Close it returns
 	// ErrClosed.
+	//
+	// A link may fill a packet without copying by setting pkts[i].Buf to a
+	// slice of memory it owns, with capacity at least N+4. That memory stays
+	// valid and unmodified until the next Recv call on the link begins (by
+	// any goroutine), and may be overwritten from then on: the caller must
+	// finish with the packets, or copy them out, before it calls Recv again,
+	// must not keep such a Buf beyond that, and must not write to it past N.
+	// The caller's own Buf slices may end up in other entries of pkts or be
+	// dropped from it (a link may also permute them); the caller passes
+	// pkts back on the next call with whatever Buf slices it finds there
+	// and must not assume that any pkts[i].Buf is one of its own buffers.
+	// Links that copy into the caller's buffers satisfy this contract too.
 	Recv(pkts []Packet) (n int, err error)
 	// Close releases the link. It is idempotent.
 	Close() error

@@ -20,7 +20,9 @@
 // When Linux segments such a message it gives segment i the IPv4 ID i
 // (0, 1, 2, ...; measured by TestWireGSOIPv4ID on a veth pair), so Send
 // computes segment i's ICRC with ID i. Recv receives coalesced messages
-// into a preallocated scratch buffer and splits them into packets again.
+// into preallocated scratch buffers and splits them into packets again,
+// which it returns as views into the scratch without copying them (the
+// link.Link contract lets a link replace Packet.Buf on Recv).
 //
 // On receive the ICRC is checked with, in turn, the ID the packet would have
 // had if its message was segmented (its index in a coalesced message), ID 0,
@@ -89,6 +91,8 @@ type Config struct {
 	DisableGSO bool
 	// DisableGRO turns off UDP receive coalescing: datagrams are then
 	// received one by one with recvmmsg straight into the callers'
-	// buffers. GRO is also off if the kernel refuses UDP_GRO at Listen.
+	// buffers, instead of into the link's scratch buffers from which
+	// Recv returns views. GRO is also off if the kernel refuses UDP_GRO
+	// at Listen.
 	DisableGRO bool
 }

@@ -561,21 +561,25 @@ func (l *Link) recvmmsg(fd uintptr) bool {
 }
 
 // Recv blocks until at least one packet arrives and returns up to
-// len(pkts) packets. A packet of N bytes needs len(Buf) >= N+4 (it is
-// received with its ICRC); larger packets are dropped, as are datagrams
-// shorter than a BTH and an ICRC (16 bytes).
+// len(pkts) packets. Datagrams shorter than a BTH and an ICRC (16 bytes)
+// are dropped.
 //
 // With GRO, one recvmmsg call receives up to 64 messages into the link's
 // scratch buffers, each message one datagram or several coalesced ones,
-// and Recv copies the packets out into pkts. Packets that do not fit into
-// pkts are kept for the next Recv, which returns them without a system
-// call.
+// and Recv returns the packets in place: it sets pkts[i].Buf to a view of
+// the packet in the scratch (len and cap N+4, ICRC included), without
+// copying, and the callers' own Buf slices are neither used nor kept
+// (their length does not bound the packet size). A view stays intact until
+// the next Recv call on the link, which may receive new data into the same
+// memory. Packets that do not fit into pkts are kept for the next Recv,
+// which returns them without a system call.
 //
 // Without GRO, one recvmmsg call receives up to min(len(pkts),
-// Config.Batch) datagrams straight into the Buf slices of pkts. When
-// datagrams are dropped, the Buf slices of pkts are permuted so that the
-// packets returned are pkts[:n]; callers must not assume that pkts[i] keeps
-// the Buf it had.
+// Config.Batch) datagrams straight into the Buf slices of pkts. A packet
+// of N bytes then needs len(Buf) >= N+4 (it is received with its ICRC);
+// larger packets are dropped. When datagrams are dropped, the Buf slices of
+// pkts are permuted so that the packets returned are pkts[:n]; callers
+// must not assume that pkts[i] keeps the Buf it had.
 //
 // After Close, Recv returns link.ErrClosed.
 func (l *Link) Recv(pkts []link.Packet) (int, error) {
@@ -635,6 +639,15 @@ func (l *Link) recvPlain(pkts []link.Packet) (int, error) {
 	}
 }
 
+// recvGRO returns packets as views into s.big. The views handed out by a
+// Recv call must stay intact until the next Recv call begins, so a slot is
+// received into again only when all messages of the previous recvmmsg are
+// drained and this call has handed out nothing: drain returning packets
+// ends the call at once, and recvmmsg runs only after a drain that
+// returned none, which happens only once s.next == s.end. Views from the
+// previous call are overwritten then, which the link.Link contract allows;
+// messages carried over (s.next < s.end) are never overwritten before they
+// are handed out.
 func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 	s := &l.rx
 	if s.big == nil {
@@ -644,6 +657,8 @@ func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 		if n := l.drain(s, pkts); n > 0 {
 			return n, nil
 		}
+		// Nothing is pending (drain returns 0 only once s.next ==
+		// s.end, pkts being non-empty), so every slot may be reused.
 		cnt := min(len(pkts), len(s.hs))
 		for i := range cnt {
 			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
@@ -755,8 +770,9 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 }
 
 // drain splits received GRO messages into pkts, from where the last call
-// left off, and returns the number of packets. Segments too short or too
-// long for pkts' buffers are dropped.
+// left off, and returns the number of packets. Each packet's Buf becomes a
+// view of its segment in the scratch. Segments shorter than minPacket are
+// dropped.
 func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 	j := 0
 	for j < len(pkts) && s.next < s.end {
@@ -775,15 +791,18 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 			s.next++
 			s.inMsg = false
 		}
-		p := &pkts[j]
-		if seg < minPacket || seg > len(p.Buf) {
+		if seg < minPacket {
 			continue
 		}
-		copy(p.Buf, data)
+		// Hand out a view into the scratch, capped so that appending to
+		// it cannot reach the next segment. The slot is not received
+		// into again before the next Recv call (see recvGRO).
+		p := &pkts[j]
+		p.Buf = data[:seg:seg]
 		n := seg - wire.ICRCLen
 		p.N = n
 		p.Addr = s.src
-		p.ICRC = l.checkICRC(s, s.src, p.Buf[:n], wire.ICRCOf(p.Buf[n:seg]), idx)
+		p.ICRC = l.checkICRC(s, s.src, data[:n], wire.ICRCOf(data[n:seg]), idx)
 		j++
 	}
 	return j
