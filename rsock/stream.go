@@ -390,3 +390,23 @@ func (s *Stream) sendControl(typ byte) bool {
 // ctrlWRID marks the work request IDs of control sends; data writes use
 // the send ring cursor, which stays below it.
 const ctrlWRID = 1 << 63
+
+// SetDeadline sets the read and write deadlines.
+func (s *Stream) SetDeadline(t time.Time) error {
+	s.rdl.set(t)
+	s.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the read deadline; a Read waiting past it returns
+// os.ErrDeadlineExceeded.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the write deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	s.wdl.set(t)
+	return nil
+}

@@ -1,0 +1,87 @@
+package rsock
+
+import (
+	"net"
+	"os"
+	"time"
+)
+
+// CloseWrite sends FIN after the data written so far: the peer reads it
+// all, then io.EOF. Reading continues to work.
+func (s *Stream) CloseWrite() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.closed:
+			return s.opError("close", net.ErrClosed)
+		case s.wclosed:
+			return nil
+		case s.err != nil:
+			return s.opError("close", s.err)
+		}
+		s.drive()
+		if s.sendControl(ctrlFIN) {
+			s.wclosed = true
+			return nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.e.cq.Notify():
+		case <-s.writeReady:
+		case <-s.wdl.wait():
+			s.mu.Lock()
+			return s.opError("close", os.ErrDeadlineExceeded)
+		}
+		s.mu.Lock()
+	}
+}
+
+// Close sends CLOSE, waits up to Config.CloseTimeout for the data written
+// to be acknowledged, then destroys the queue pair and frees the rings.
+// Pending reads and writes return net.ErrClosed. It is idempotent.
+func (s *Stream) Close() error {
+	s.closeOnce.Do(s.teardown)
+	return s.teardownErr
+}
+
+func (s *Stream) teardown() {
+	s.mu.Lock()
+	deadline := time.Now().Add(s.e.cfg.CloseTimeout)
+	// CLOSE needs a receive request at the peer and a control slot; wait
+	// for them as for the acknowledgements, within the same bound.
+	// When the peer closed first, nothing is owed to it.
+	sentClose := false
+	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
+		if !sentClose && s.sendControl(ctrlClose) {
+			sentClose = true
+			continue
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.e.cq.Notify():
+		case <-s.writeReady:
+		case <-time.After(time.Until(deadline)):
+		}
+		s.mu.Lock()
+	}
+	s.closed = true
+	signal(s.readReady)
+	signal(s.writeReady)
+	s.mu.Unlock()
+	// Readers and writers see closed and leave; wait for them before the
+	// memory goes away.
+	s.rmu.Lock()
+	s.wmu.Lock()
+	if s.keepalive != nil {
+		s.keepalive.Stop()
+	}
+	s.rdl.stop()
+	s.wdl.stop()
+	s.e.release()
+	s.wmu.Unlock()
+	s.rmu.Unlock()
+}
+
