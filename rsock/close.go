@@ -84,4 +84,3 @@ func (s *Stream) teardown() {
 	s.wmu.Unlock()
 	s.rmu.Unlock()
 }
-

@@ -103,4 +103,3 @@ func (s *Stream) onKeepAlive() {
 	}
 	s.keepalive.Reset(every)
 }
-
