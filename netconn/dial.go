@@ -54,8 +54,15 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if !set.rdma() || plainServers.IsPlain(address) {
+	if !set.rdma() {
 		return d.dialPlain(ctx, network, address)
+	}
+	if plainServers.IsPlain(address) {
+		c, err := d.dialPlain(ctx, network, address)
+		if err == nil {
+			c.(*Conn).reason = "the address answered like a plain TCP server recently, and is remembered as one for a few minutes"
+		}
+		return c, err
 	}
 	c, err := d.Dialer.DialContext(ctx, network, address)
 	if err != nil {

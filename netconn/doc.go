@@ -34,6 +34,14 @@
 //	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
 //	                two from 4096 to 67108864 (default 524288).
 //
+// Process-wide state: connections that use the same provider, link and
+// local IP share one device (for soft-RoCE, one UDP socket and one
+// receive goroutine), which is closed 5 s after its last connection; and
+// addresses that answered like plain TCP servers are remembered for 5
+// minutes, so that dialing them again costs no second connect (the conn's
+// FallbackReason says so). Leak checkers such as goleak see the device's
+// receive loop during those 5 s.
+//
 // ListenConfig.SniffTimeout (default 200 ms) bounds how long the listener
 // waits for a preface before serving a silent client as plain TCP, for
 // protocols where the server speaks first.

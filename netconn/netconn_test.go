@@ -215,6 +215,9 @@ func TestPlainServer(t *testing.T) {
 		if i == 1 && time.Since(start) > time.Second {
 			t.Fatalf("second dial took %v: the plain address was not cached", time.Since(start))
 		}
+		if reason := c.(*Conn).FallbackReason(); reason == "" {
+			t.Fatalf("dial %d: no fallback reason", i)
+		}
 		echoCheckSelf(t, c, 1<<20)
 		c.Close()
 	}
