@@ -104,10 +104,12 @@ type QP struct {
 
 	// tx holds request packets being built, in buffers borrowed from
 	// the device (txb) while the QP transmits.
-	tx    []link.Packet
-	txb   *txBuffers
-	txN   int
-	timer *time.Timer
+	tx        []link.Packet
+	txb       *txBuffers
+	txN       int
+	txq       []*txBuffers // built batches waiting to be sent, in PSN order
+	txSending bool         // a goroutine is sending txq with q.mu released
+	timer     *time.Timer
 	// timerAt is when timer fires (monotonic ns), or 0 when stopped.
 	timerAt int64
 }
@@ -352,7 +354,10 @@ func (q *QP) setState(s verbs.QPState) {
 // txBuffers is a batch of request packet buffers. A QP borrows one from
 // its device's pool only while it transmits, so that idle QPs (thousands
 // of mostly quiet connections) hold no packet memory.
-type txBuffers struct{ pkts []link.Packet }
+type txBuffers struct {
+	pkts []link.Packet
+	n    int // packets built, while queued
+}
 
 func newTxBuffers() any {
 	t := &txBuffers{pkts: make([]link.Packet, txBatch)}
@@ -363,23 +368,62 @@ func newTxBuffers() any {
 	return t
 }
 
-// borrowTx makes q.tx usable. The caller holds q.mu and calls returnTx
-// before releasing it.
+// borrowTx makes q.tx usable. The caller holds q.mu.
 func (q *QP) borrowTx() {
 	if q.txb == nil {
 		q.txb = q.dev.txPool.Get().(*txBuffers)
 		q.tx = q.txb.pkts
+		q.txN = 0
 	}
 }
 
-// returnTx sends what is built and gives the buffers back.
-func (q *QP) returnTx() {
+// queueTx hands the packets built so far to the transmit queue.
+func (q *QP) queueTx() {
 	if q.txb == nil {
 		return
 	}
-	q.flushTx()
-	q.dev.txPool.Put(q.txb)
-	q.txb, q.tx = nil, nil
+	if q.txN == 0 {
+		q.dev.txPool.Put(q.txb)
+	} else {
+		q.txb.n = q.txN
+		q.txq = append(q.txq, q.txb)
+	}
+	q.txb, q.tx, q.txN = nil, nil, 0
+}
+
+// transmit sends the queued packets. The caller holds q.mu; it is
+// released during each send, so that the receive loop can process this
+// QP's ACKs while the system call runs. Only one goroutine sends for a QP
+// at a time (the others leave their packets queued for it), so packets
+// leave in PSN order. Call it only where the QP's state may change
+// underneath: at the end of an operation.
+func (q *QP) transmit() {
+	q.queueTx()
+	if q.txSending {
+		return
+	}
+	q.txSending = true
+	for len(q.txq) > 0 {
+		b := q.txq[0]
+		copy(q.txq, q.txq[1:])
+		q.txq[len(q.txq)-1] = nil
+		q.txq = q.txq[:len(q.txq)-1]
+		q.mu.Unlock()
+		q.dev.send(b.pkts[:b.n])
+		q.dev.txPool.Put(b)
+		q.mu.Lock()
+	}
+	q.txSending = false
+}
+
+// dropTx discards packets built or queued and not yet sent.
+func (q *QP) dropTx() {
+	q.txN = 0
+	for i, b := range q.txq {
+		q.dev.txPool.Put(b)
+		q.txq[i] = nil
+	}
+	q.txq = q.txq[:0]
 }
 
 // reset discards every queued request and returns to RESET.
@@ -390,7 +434,7 @@ func (q *QP) reset() {
 	q.req = requesterState{}
 	q.comp = completerState{}
 	q.resp = responderState{}
-	q.txN = 0
+	q.dropTx()
 	keep := q.attr.State
 	q.attr = verbs.QPAttr{}
 	q.attr.State = keep
@@ -537,7 +581,7 @@ func (q *QP) fail(failed uint32, status verbs.WCStatus) {
 // generated whether or not the request was signaled.
 func (q *QP) flush(failed uint32, status verbs.WCStatus) {
 	q.stopTimer()
-	q.txN = 0
+	q.dropTx()
 	for ; q.sqHead != q.sqTail; q.sqHead++ {
 		w := &q.sq[q.sqHead%uint32(len(q.sq))]
 		wc := verbs.WC{WRID: w.id, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(w.opcode), QPN: q.qpn}
@@ -561,8 +605,8 @@ func (q *QP) Close() error {
 		q.mu.Unlock()
 		return nil
 	}
-	q.flushOwedAck()
 	q.closed = true
+	q.flushOwedAck() // may release q.mu while it sends
 	q.stopTimer()
 	q.setState(verbs.QPSErr)
 	q.mu.Unlock()

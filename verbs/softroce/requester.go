@@ -27,8 +27,7 @@ func (q *QP) runRequester() {
 	if q.attr.State != verbs.QPSRTS || q.req.rnrWait || q.sqNext == q.sqTail {
 		return
 	}
-	q.borrowTx()
-	defer q.returnTx()
+	defer q.transmit()
 	sent := false
 	for q.sqNext != q.sqTail {
 		idx := q.sqNext
@@ -55,7 +54,6 @@ func (q *QP) runRequester() {
 			return
 		}
 	}
-	q.flushTx()
 	if sent && q.comp.ackDeadline == 0 {
 		q.armAckTimer()
 	}
@@ -282,24 +280,16 @@ func dataOpcode(op verbs.WROpcode, first, last bool) wire.Opcode {
 	return wire.RCWriteMiddle
 }
 
-// txPacket returns the next free request packet buffer, sending the batch
-// first when it is full.
+// txPacket returns the next free request packet buffer; a full batch is
+// queued for transmit and a new one borrowed.
 func (q *QP) txPacket() *link.Packet {
-	if q.txN == len(q.tx) {
-		q.flushTx()
+	if q.txb != nil && q.txN == len(q.tx) {
+		q.queueTx()
 	}
+	q.borrowTx()
 	p := &q.tx[q.txN]
 	q.txN++
 	return p
-}
-
-// flushTx sends the request packets built so far.
-func (q *QP) flushTx() {
-	if q.txN == 0 {
-		return
-	}
-	q.dev.send(q.tx[:q.txN])
-	q.txN = 0
 }
 
 // retransmit rewinds the requester to psn (go-back-N). Requests after it

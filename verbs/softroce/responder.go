@@ -459,8 +459,7 @@ func (q *QP) flushOwedAck() {
 	default:
 		return
 	}
-	q.borrowTx()
-	defer q.returnTx()
+	defer q.transmit()
 	psn := r.ackPSN
 	q.noteAETHSent(psn)
 	q.buildAETH(q.txPacket(), psn, wire.ACKSyndrome(31))
