@@ -14,6 +14,9 @@ func (s *Stream) CloseWrite() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
+		if !s.closed {
+			s.drive()
+		}
 		switch {
 		case s.closed:
 			return s.opError("close", net.ErrClosed)
@@ -21,8 +24,12 @@ func (s *Stream) CloseWrite() error {
 			return nil
 		case s.err != nil:
 			return s.opError("close", s.err)
+		case s.peerClosed:
+			// Nobody reads a FIN any more; shutting down succeeds, as
+			// shutdown(2) does after the peer closed.
+			s.wclosed = true
+			return nil
 		}
-		s.drive()
 		if s.sendControl(ctrlFIN) {
 			s.wclosed = true
 			return nil

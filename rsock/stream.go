@@ -278,6 +278,7 @@ func (s *Stream) Write(b []byte) (int, error) {
 // many. The caller holds s.mu; it is released while waiting.
 func (s *Stream) waitWritable(want int) (int, error) {
 	for {
+		s.drive() // first: a CLOSE or an error may be waiting in the queue
 		switch {
 		case s.closed:
 			return 0, net.ErrClosed
@@ -296,7 +297,6 @@ func (s *Stream) waitWritable(want int) (int, error) {
 		if want == 0 {
 			return 0, nil
 		}
-		s.drive()
 		sendFree := s.e.send.Size() - int(s.sendHead-s.sendFreed)
 		n := min(want, s.prod.FreeBytes(), sendFree, s.maxMsg)
 		if n > 0 && s.prod.CanSendData() {

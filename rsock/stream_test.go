@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,5 +289,36 @@ func TestParamsValidate(t *testing.T) {
 		if p.Validate() == nil {
 			t.Errorf("%s accepted", name)
 		}
+	}
+}
+
+// TestWriteAfterPeerClose: once the peer closed, a writer blocked on a
+// full ring, and later writes and CloseWrite, return instead of hanging.
+func TestWriteAfterPeerClose(t *testing.T) {
+	a, b := devPair(t)
+	sa, sb := streamPair(t, a, b, Config{RingSize: 4 << 10})
+	defer sa.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sa.Write(make([]byte, 1<<20)) // fills the peer's ring, then blocks
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("blocked write after the peer closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("write still blocked 5 s after the peer closed")
+	}
+	if _, err := sa.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write after the peer closed: %v", err)
+	}
+	if err := sa.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite after the peer closed: %v", err)
 	}
 }

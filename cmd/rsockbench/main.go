@@ -7,6 +7,10 @@
 // Each subcommand is a benchmark mode with its own flags (see
 // 'rsockbench <subcommand> -h'):
 //
+//	local   rsock against TCP on loopback: a server child process and
+//	        the client, stream throughput, ping-pong latency, CPU per GB
+//	server  the server side of local, for runs across hosts
+//	client  the client side of local, against a server
 //	verbs   RDMA verbs tests over soft-RoCE, shaped like perftest's
 //	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
 //
@@ -38,6 +42,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
+	case "local":
+		return runLocal(rest, stdout, stderr)
+	case "server":
+		return runServer(rest, stdout, stderr)
+	case "client":
+		return runClient(rest, stdout, stderr)
 	case "verbs":
 		return runVerbs(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -52,6 +62,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 const usageText = `usage: rsockbench <subcommand> [flags]
 
 Subcommands:
+  local    rsock against TCP on loopback: throughput, latency and CPU per GB, side by side
+  server   serve local's measurements to clients on other hosts (-verify checks every byte)
+  client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
   verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
 
 Run 'rsockbench <subcommand> -h' for the flags of a subcommand.
