@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job: builds rsockbench and runs a local rsock-vs-TCP comparison
+# on loopback (a server child process and a client), printing the tables
+# and writing rsockbench.json and rsockbench.svg in the current directory.
+# Extra arguments go to `rsockbench local` (try -h).
+set -euo pipefail
+export PATH="/usr/local/go/bin:$PATH"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if ! command -v go >/dev/null; then
+	echo "Go is missing: install Go 1.26 (for example at /usr/local/go)" >&2
+	exit 1
+fi
+bin="$(mktemp -d)/rsockbench"
+(cd "$here" && go build -o "$bin" ./cmd/rsockbench)
+"$bin" local -json rsockbench.json -plot rsockbench.svg "$@"
+rm -rf "$(dirname "$bin")"
+echo "wrote rsockbench.json and rsockbench.svg"
