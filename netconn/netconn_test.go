@@ -511,3 +511,25 @@ func TestPlainEchoServer(t *testing.T) {
 		t.Fatal("an echo of the preface was cached as a plain server")
 	}
 }
+
+// TestProviderFailure: a provider that cannot start leaves the conn on
+// TCP, on either side, and says why.
+func TestProviderFailure(t *testing.T) {
+	ln := listen(t, ListenConfig{SniffTimeout: 20 * time.Millisecond})
+	c, s := connPair(t, ln, &Dialer{Provider: ProviderRDMACore})
+	if transport(c) != "tcp" || transport(s) != "tcp" || !strings.Contains(c.(*Conn).FallbackReason(), "rdmacore") {
+		t.Fatalf("dialer without a provider: %q/%q, reason %q", transport(c), transport(s), c.(*Conn).FallbackReason())
+	}
+	echoCheck(t, c, s, 4096)
+	c.Close()
+	s.Close()
+
+	ln2 := listen(t, ListenConfig{Provider: ProviderRDMACore})
+	c, s = connPair(t, ln2, &Dialer{})
+	defer c.Close()
+	defer s.Close()
+	if transport(c) != "tcp" || transport(s) != "tcp" || !strings.Contains(c.(*Conn).FallbackReason(), "declined") {
+		t.Fatalf("listener without a provider: %q/%q, reason %q", transport(c), transport(s), c.(*Conn).FallbackReason())
+	}
+	echoCheck(t, c, s, 4096)
+}
