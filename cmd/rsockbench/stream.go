@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -413,72 +411,30 @@ func writeFile(path string, write func(io.Writer) error) error {
 // streamLocal starts "rsockbench server" as a child process on loopback,
 // runs the client against it, and reaps the child.
 func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdout, stderr io.Writer) (err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own executable: %w", err)
-	}
 	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-timeout", f.timeout.String()}
 	if f.verify {
 		args = append(args, "-verify")
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stderr = prefixWriter{w: stderr, prefix: "server: "}
-	cmd.SysProcAttr = childSysProcAttr()
-	pipe, err := cmd.StdoutPipe()
+	var rest io.Writer
+	if f.verbose {
+		rest = prefixWriter{w: stderr, prefix: "server: "}
+	}
+	child, err := startServerChild(args, rest, prefixWriter{w: stderr, prefix: "server: "})
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start server: %w", err)
+	defer func() { err = child.finish(err) }()
+	line, err := child.firstLine(ctx, f.timeout)
+	if err != nil {
+		return err
 	}
-	// The child's output is read to its end, then the child reaped, in
-	// one goroutine; exited delivers its exit status.
-	ready := make(chan string, 1)
-	exited := make(chan error, 1)
-	go func() {
-		r := bufio.NewReader(pipe)
-		line, _ := r.ReadString('\n')
-		ready <- line
-		var rest io.Writer = io.Discard
-		if f.verbose {
-			rest = prefixWriter{w: stderr, prefix: "server: "}
-		}
-		io.Copy(rest, r)
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		if err != nil {
-			cmd.Process.Kill() // by its PID only
-			<-exited
-			return
-		}
-		select {
-		case werr := <-exited:
-			if werr != nil {
-				err = fmt.Errorf("server child: %w", werr)
-			}
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			err = errors.New("server child did not exit after the session; killed it")
-		}
-	}()
-
-	var line string
-	select {
-	case line = <-ready:
-	case <-time.After(f.timeout):
-		return fmt.Errorf("server child did not start listening within %v", f.timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), streamServerPrefix)
-	addr, _, ok2 := strings.Cut(rest, ",")
+	after, ok := strings.CutPrefix(line, streamServerPrefix)
+	addr, _, ok2 := strings.Cut(after, ",")
 	if !ok || !ok2 {
-		return fmt.Errorf("server child failed to start (first output %q)", strings.TrimSpace(line))
+		return fmt.Errorf("server child failed to start (first output %q)", line)
 	}
 	if f.verbose {
-		fmt.Fprintf(stderr, "server: pid %d: %s\n", cmd.Process.Pid, strings.TrimSpace(line))
+		fmt.Fprintf(stderr, "server: pid %d: %s\n", child.pid(), line)
 	}
 	return streamClient(ctx, f, s, addr, stdout, stderr)
 }

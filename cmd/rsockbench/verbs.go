@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -266,75 +264,30 @@ func printVerbsResult(w io.Writer, r *verbsbench.Result) {
 // verbsLocal starts "rsockbench verbs -server" as a child process on
 // loopback, runs the client against it, and reaps the child.
 func verbsLocal(ctx context.Context, f *verbsFlags, cfgs []verbsbench.Config, stdout, stderr io.Writer) (err error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own executable: %w", err)
-	}
 	// The server's link binds the client's IP too, on port 0 (4791 if
 	// free, else ephemeral), so that a fixed -roce port is not taken twice.
 	roce, _ := netip.ParseAddrPort(f.roce)
-	cmd := exec.Command(exe, "verbs", "-server", "-addr", "127.0.0.1:0", "-roce", netip.AddrPortFrom(roce.Addr(), 0).String(),
-		"-timeout", f.timeout.String(), "-wait", "30s")
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = childSysProcAttr()
-	pipe, err := cmd.StdoutPipe()
+	args := []string{"verbs", "-server", "-addr", "127.0.0.1:0", "-roce", netip.AddrPortFrom(roce.Addr(), 0).String(),
+		"-timeout", f.timeout.String(), "-wait", "30s"}
+	var rest io.Writer
+	if f.verbose {
+		rest = prefixWriter{w: stderr, prefix: "server: "}
+	}
+	child, err := startServerChild(args, rest, stderr)
 	if err != nil {
 		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start server: %w", err)
+	defer func() { err = child.finish(err) }()
+	line, err := child.firstLine(ctx, f.timeout)
+	if err != nil {
+		return err
 	}
-	// The child's output is read to its end, then the child reaped, in
-	// one goroutine; exited delivers its exit status.
-	ready := make(chan string, 1)
-	exited := make(chan error, 1)
-	go func() {
-		r := bufio.NewReader(pipe)
-		line, _ := r.ReadString('\n')
-		ready <- line
-		var rest io.Writer = io.Discard
-		if f.verbose {
-			rest = prefixWriter{w: stderr, prefix: "server: "}
-		}
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			fmt.Fprintln(rest, sc.Text())
-		}
-		io.Copy(io.Discard, r)
-		exited <- cmd.Wait()
-	}()
-	defer func() {
-		if err != nil {
-			cmd.Process.Kill() // by its PID only
-			<-exited
-			return
-		}
-		select {
-		case werr := <-exited:
-			if werr != nil {
-				err = fmt.Errorf("server child: %w", werr)
-			}
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-			err = errors.New("server child did not exit after the session; killed it")
-		}
-	}()
-
-	var line string
-	select {
-	case line = <-ready:
-	case <-time.After(f.timeout):
-		return fmt.Errorf("server child did not start listening within %v", f.timeout)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), verbsServerPrefix)
+	addr, ok := strings.CutPrefix(line, verbsServerPrefix)
 	if !ok {
-		return fmt.Errorf("server child failed to start (first output %q)", strings.TrimSpace(line))
+		return fmt.Errorf("server child failed to start (first output %q)", line)
 	}
 	if f.verbose {
-		fmt.Fprintf(stderr, "server: pid %d listening on %s\n", cmd.Process.Pid, addr)
+		fmt.Fprintf(stderr, "server: pid %d listening on %s\n", child.pid(), addr)
 	}
 	return verbsClient(ctx, f, addr, cfgs, stdout)
 }
