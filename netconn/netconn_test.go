@@ -165,43 +165,20 @@ func TestPlainClient(t *testing.T) {
 // TestPlainServer: a netconn dialer against a plain net.Listen server
 // reconnects plainly, then remembers the address.
 func TestPlainServer(t *testing.T) {
-	plainServers.Forget("")
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer inner.Close()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			s, err := inner.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer s.Close()
-				// A line-protocol server: it rejects what it does not
-				// understand, and echoes otherwise.
-				first := make([]byte, 1)
-				if _, err := io.ReadFull(s, first); err != nil {
-					return
-				}
-				if first[0] == fallback.Preface[0] {
-					s.Write([]byte("-ERR unknown command\r\n"))
-					return
-				}
-				s.Write(first)
-				io.Copy(s, s)
-			}()
+	addr := servePlain(t, func(s net.Conn) {
+		// A line-protocol server: it rejects what it does not
+		// understand, and echoes otherwise.
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(s, first); err != nil {
+			return
 		}
-	}()
-	addr := inner.Addr().String()
+		if first[0] == fallback.Preface[0] {
+			s.Write([]byte("-ERR unknown command\r\n"))
+			return
+		}
+		s.Write(first)
+		io.Copy(s, s)
+	})
 	defer plainServers.Forget(addr)
 	for i := 0; i < 2; i++ {
 		start := time.Now()
@@ -474,30 +451,7 @@ func TestProviderKnobs(t *testing.T) {
 // dialer reconnects on TCP but does not remember the address, since an
 // rsock listener that gave up sniffing looks the same.
 func TestPlainEchoServer(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer inner.Close()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			s, err := inner.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer s.Close()
-				io.Copy(s, s)
-			}()
-		}
-	}()
-	addr := inner.Addr().String()
+	addr := servePlain(t, func(s net.Conn) { io.Copy(s, s) })
 	c, err := Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -532,4 +486,33 @@ func TestProviderFailure(t *testing.T) {
 		t.Fatalf("listener without a provider: %q/%q, reason %q", transport(c), transport(s), c.(*Conn).FallbackReason())
 	}
 	echoCheck(t, c, s, 4096)
+}
+
+// servePlain runs a plain net.Listen server on loopback that hands each
+// connection to handle (and closes it after), until the test ends.
+func servePlain(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { inner.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s, err := inner.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer s.Close()
+				handle(s)
+			}()
+		}
+	}()
+	return inner.Addr().String()
 }
