@@ -50,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runClient(rest, stdout, stderr)
 	case "verbs":
 		return runVerbs(rest, stdout, stderr)
+	case "rc-pingpong":
+		return runRCPingpong(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
@@ -66,6 +68,7 @@ Subcommands:
   server   serve local's measurements to clients on other hosts (-verify checks every byte)
   client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
   verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
+  rc-pingpong  ibv_rc_pingpong-compatible SEND ping-pong over soft-RoCE (client with a host, else server)
 
 Run 'rsockbench <subcommand> -h' for the flags of a subcommand.
 `

@@ -169,8 +169,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
-	err := d.link.Close()
-	<-d.rxDone
+	// QPs first, while the link still sends: each flushes an ACK it owes.
 	d.qpMu.Lock()
 	qps := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
@@ -180,6 +179,8 @@ func (d *Device) Close() error {
 	for _, q := range qps {
 		q.Close()
 	}
+	err := d.link.Close()
+	<-d.rxDone
 	d.mrMu.Lock()
 	for _, m := range d.lkeys {
 		m.dead = true

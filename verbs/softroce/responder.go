@@ -22,6 +22,11 @@ type responderState struct {
 	inSend  bool   // a multi-packet SEND is in progress into the head receive WQE
 	recvOff uint64 // bytes of it placed so far
 
+	// doneWC is the receive completion of the message just finished,
+	// pushed after its ACK is recorded.
+	doneWC    verbs.WC
+	hasDoneWC bool
+
 	inWrite bool   // a multi-packet RDMA WRITE is in progress
 	wVA     uint64 // where its next payload goes
 	wRKey   uint32
@@ -114,6 +119,13 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	if pkt.BTH.AckReq() {
 		q.owe(rx, psn)
 	}
+	// The receive completion goes out only now that the ACK is recorded:
+	// an application that closes the QP as soon as it sees the completion
+	// still has the ACK sent by Close (flushOwedAck).
+	if r.hasDoneWC {
+		r.hasDoneWC = false
+		q.recvCQ.push(&r.doneWC)
+	}
 }
 
 // payloadOK checks a SEND or WRITE packet's payload length against the
@@ -167,7 +179,7 @@ func (q *QP) recvSend(pkt *wire.Packet, rx *receiver) bool {
 		q.rqHead++
 		r.inSend = false
 		r.msn = psnAdd(r.msn, 1)
-		q.recvCQ.push(&wc)
+		r.doneWC, r.hasDoneWC = wc, true
 	}
 	return true
 }
@@ -215,8 +227,9 @@ func (q *QP) recvWrite(pkt *wire.Packet, rx *receiver) bool {
 		if fl.Has(wire.FlagImm) {
 			w := &q.rq[q.rqHead%uint32(len(q.rq))]
 			q.rqHead++
-			q.recvCQ.push(&verbs.WC{WRID: w.id, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
-				Flags: verbs.WCWithImm, Imm: pkt.Imm.Imm(), ByteLen: uint32(r.wTotal), QPN: q.qpn})
+			r.doneWC = verbs.WC{WRID: w.id, Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm,
+				Flags: verbs.WCWithImm, Imm: pkt.Imm.Imm(), ByteLen: uint32(r.wTotal), QPN: q.qpn}
+			r.hasDoneWC = true
 		}
 	}
 	return true
