@@ -61,7 +61,8 @@ fi
 cleanup() {
 	if [ "${KEEP_GUEST:-0}" != 1 ]; then
 		log "stopping guest $G"
-		"$T/stop-guest.sh" "$G" >/dev/null 2>&1
+		# The last guest also takes the namespace and bridge it made.
+		"$T/stop-guest.sh" "$G" --all-netns >/dev/null 2>&1
 	fi
 }
 trap cleanup EXIT
