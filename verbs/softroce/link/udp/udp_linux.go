@@ -77,33 +77,25 @@ var _ link.Link = (*Link)(nil)
 // calls' results. A message carries one packet, or with GSO a run of
 // packets, each in its own iovec.
 type txScratch struct {
-	hs    []unix.Mmsghdr          // per message
-	sa4   []unix.RawSockaddrInet4 // per message, IPv4 links
-	sa6   []unix.RawSockaddrInet6 // per message, IPv6 links
-	ctl   []byte                  // per message, txCtlSpace bytes each
-	first []int                   // per message: index in pkts of its first packet
-	segs  []int                   // per message: number of packets
-	iov   []unix.Iovec            // per packet
-
-	off, cnt int        // call argument: hs[off : off+cnt]
-	n        int        // call result: messages transferred
-	errno    unix.Errno // call result: error, or 0
+	mmsgCall                         // hs: per message
+	sa4      []unix.RawSockaddrInet4 // per message, IPv4 links
+	sa6      []unix.RawSockaddrInet6 // per message, IPv6 links
+	ctl      []byte                  // per message, txCtlSpace bytes each
+	first    []int                   // per message: index in pkts of its first packet
+	segs     []int                   // per message: number of packets
+	iov      []unix.Iovec            // per packet
 }
 
 // rxScratch is the preallocated argument vector of recvmmsg calls, the
 // calls' results, and for GRO links the received messages not yet handed
 // out.
 type rxScratch struct {
-	hs  []unix.Mmsghdr
+	mmsgCall
 	iov []unix.Iovec
 	sa4 []unix.RawSockaddrInet4 // used by IPv4 links
 	sa6 []unix.RawSockaddrInet6 // used by IPv6 links
 	ctl []byte                  // GRO links: rxCtlSpace bytes per slot
 	big []byte                  // GRO links: groSlot bytes per slot, allocated by the first Recv
-
-	off, cnt int        // call argument: hs[off : off+cnt]
-	n        int        // call result: messages transferred
-	errno    unix.Errno // call result: error, or 0
 
 	// Carry-over of a GRO link: messages hs[next:end] are still to be
 	// split into packets; if inMsg, message next is split up to byte pos
@@ -131,10 +123,10 @@ func alignedBytes(n int) []byte {
 
 func newTxScratch(batch int, is4 bool) txScratch {
 	s := txScratch{
-		hs:    make([]unix.Mmsghdr, batch),
-		ctl:   alignedBytes(batch * txCtlSpace),
-		first: make([]int, batch),
-		segs:  make([]int, batch),
+		mmsgCall: mmsgCall{hs: make([]unix.Mmsghdr, batch)},
+		ctl:      alignedBytes(batch * txCtlSpace),
+		first:    make([]int, batch),
+		segs:     make([]int, batch),
 		// A call carries up to batch messages of up to maxSegs packets.
 		iov: make([]unix.Iovec, batch*maxSegs),
 	}
@@ -151,8 +143,8 @@ func newRxScratch(batch int, is4, gro bool) rxScratch {
 		batch = min(batch, maxGROSlots)
 	}
 	s := rxScratch{
-		hs:  make([]unix.Mmsghdr, batch),
-		iov: make([]unix.Iovec, batch),
+		mmsgCall: mmsgCall{hs: make([]unix.Mmsghdr, batch)},
+		iov:      make([]unix.Iovec, batch),
 	}
 	if is4 {
 		s.sa4 = make([]unix.RawSockaddrInet4, batch)
@@ -520,45 +512,39 @@ func (l *Link) noteSendError(s *txScratch, m int, firstErr *error) {
 	*firstErr = fmt.Errorf("udp: send %s to %v: %w", what, dst, os.NewSyscallError("sendmmsg", s.errno))
 }
 
-// sendmmsg is the raw-connection callback of Send.
-func (l *Link) sendmmsg(fd uintptr) bool {
-	s := &l.tx
+// mmsgCall is one sendmmsg or recvmmsg call on preallocated headers.
+type mmsgCall struct {
+	hs       []unix.Mmsghdr
+	off, cnt int        // call argument: hs[off : off+cnt]
+	n        int        // call result: messages transferred
+	errno    unix.Errno // call result: error, or 0
+}
+
+// do makes the system call trap on fd, as a raw-connection callback: it
+// reports false on EAGAIN, so the runtime waits for readiness and calls
+// again.
+func (c *mmsgCall) do(fd uintptr, trap uintptr) bool {
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd,
-			uintptr(unsafe.Pointer(&s.hs[s.off])), uintptr(s.cnt), 0, 0, 0)
+		r, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&c.hs[c.off])), uintptr(c.cnt), 0, 0, 0)
 		switch e {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return false // wait until writable
+			return false
 		case 0:
-			s.n, s.errno = int(r), 0
+			c.n, c.errno = int(r), 0
 		default:
-			s.n, s.errno = 0, e
+			c.n, c.errno = 0, e
 		}
 		return true
 	}
 }
 
+// sendmmsg is the raw-connection callback of Send.
+func (l *Link) sendmmsg(fd uintptr) bool { return l.tx.do(fd, unix.SYS_SENDMMSG) }
+
 // recvmmsg is the raw-connection callback of Recv.
-func (l *Link) recvmmsg(fd uintptr) bool {
-	s := &l.rx
-	for {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd,
-			uintptr(unsafe.Pointer(&s.hs[s.off])), uintptr(s.cnt), 0, 0, 0)
-		switch e {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false // wait until readable
-		case 0:
-			s.n, s.errno = int(r), 0
-		default:
-			s.n, s.errno = 0, e
-		}
-		return true
-	}
-}
+func (l *Link) recvmmsg(fd uintptr) bool { return l.rx.do(fd, unix.SYS_RECVMMSG) }
 
 // Recv blocks until at least one packet arrives and returns up to
 // len(pkts) packets. Datagrams shorter than a BTH and an ICRC (16 bytes)
