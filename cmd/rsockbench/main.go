@@ -13,6 +13,10 @@
 //	client  the client side of local, against a server
 //	verbs   RDMA verbs tests over soft-RoCE, shaped like perftest's
 //	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
+//	rc-pingpong
+//	        a peer of rdma-core's ibv_rc_pingpong, wire- and CLI-compatible
+//	ib_send_bw, ib_write_bw, ib_read_bw, ib_write_lat
+//	        peers of perftest's programs, wire- and CLI-compatible
 //
 // Exit status: 0 on success, 1 when a benchmark fails, 2 on a usage error.
 package main
@@ -52,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runVerbs(rest, stdout, stderr)
 	case "rc-pingpong":
 		return runRCPingpong(rest, stdout, stderr)
+	case "ib_send_bw", "ib_write_bw", "ib_read_bw", "ib_write_lat":
+		return runPerftest(cmd, rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
@@ -69,6 +75,8 @@ Subcommands:
   client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
   verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
   rc-pingpong  ibv_rc_pingpong-compatible SEND ping-pong over soft-RoCE (client with a host, else server)
+  ib_send_bw, ib_write_bw, ib_read_bw, ib_write_lat
+           perftest-compatible tests over soft-RoCE, against perftest's own programs (client with a host, else server)
 
 Run 'rsockbench <subcommand> -h' for the flags of a subcommand.
 `

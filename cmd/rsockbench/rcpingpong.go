@@ -5,11 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -45,18 +43,14 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), rcPingpongUsage)
 		fs.PrintDefaults()
 	}
-	intFlag := func(p *int, short, long string, def int, usage string) {
-		fs.IntVar(p, short, def, usage)
-		fs.IntVar(p, long, def, "same as -"+short)
-	}
-	intFlag(&port, "p", "port", rcpingpong.DefaultTCPPort, "listen on / connect to TCP `port`")
-	intFlag(&size, "s", "size", rcpingpong.DefaultSize, "size of message to exchange, in `bytes`")
-	intFlag(&mtu, "m", "mtu", rcpingpong.DefaultMTU, "path MTU in `bytes` (256..4096)")
-	intFlag(&rxDepth, "r", "rx-depth", rcpingpong.DefaultRxDepth, "`number` of receives to post at a time")
-	intFlag(&iters, "n", "iters", rcpingpong.DefaultIters, "`number` of exchanges")
-	intFlag(&gidIdx, "g", "gid-idx", -1, "local port GID `index` (accepted; the device has one GID)")
-	intFlag(&ibPort, "i", "ib-port", 1, "`port` of the device (must be 1)")
-	intFlag(&sl, "l", "sl", 0, "service `level` (accepted, not used: RoCE has no SL on the wire)")
+	intFlag(fs, &port, "p", "port", rcpingpong.DefaultTCPPort, "listen on / connect to TCP `port`")
+	intFlag(fs, &size, "s", "size", rcpingpong.DefaultSize, "size of message to exchange, in `bytes`")
+	intFlag(fs, &mtu, "m", "mtu", rcpingpong.DefaultMTU, "path MTU in `bytes` (256..4096)")
+	intFlag(fs, &rxDepth, "r", "rx-depth", rcpingpong.DefaultRxDepth, "`number` of receives to post at a time")
+	intFlag(fs, &iters, "n", "iters", rcpingpong.DefaultIters, "`number` of exchanges")
+	intFlag(fs, &gidIdx, "g", "gid-idx", -1, "local port GID `index` (accepted; the device has one GID)")
+	intFlag(fs, &ibPort, "i", "ib-port", 1, "`port` of the device (must be 1)")
+	intFlag(fs, &sl, "l", "sl", 0, "service `level` (accepted, not used: RoCE has no SL on the wire)")
 	fs.BoolVar(&events, "e", false, "sleep on CQ events (always the case here)")
 	fs.BoolVar(&events, "events", false, "same as -e")
 	fs.StringVar(&dev, "d", "", "device `name` (accepted and ignored)")
@@ -66,20 +60,9 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&linger, "linger", rcpingpong.DefaultLinger, "keep the QP open this long after the last completion, to acknowledge the peer's last message")
 	fs.BoolVar(&verbose, "v", false, "print the device counters at the end")
 
-	// getopt permutes: flags may come after the host.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return exitOK
-			}
-			return exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, code, ok := parsePermuted(fs, args)
+	if !ok {
+		return code
 	}
 	if len(pos) > 1 {
 		fmt.Fprintf(stderr, "rc-pingpong: more than one host: %q\n", pos)
@@ -112,35 +95,19 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var conn net.Conn
+	host := ""
 	if len(pos) == 1 {
-		d := net.Dialer{Timeout: timeout}
-		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(pos[0], strconv.Itoa(port)))
-		if err != nil {
-			fmt.Fprintf(stderr, "rc-pingpong: couldn't connect to %s:%d: %v\n", pos[0], port, err)
-			return exitFail
-		}
-		conn = c
-	} else {
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
-		if err != nil {
-			fmt.Fprintf(stderr, "rc-pingpong: couldn't listen to port %d: %v\n", port, err)
-			return exitFail
-		}
-		go func() { <-ctx.Done(); ln.Close() }()
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			fmt.Fprintf(stderr, "rc-pingpong: accept: %v\n", err)
-			return exitFail
-		}
-		conn = c
+		host = pos[0]
+	}
+	conn, err := exchangeConn(ctx, host, port, timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "rc-pingpong: %v\n", err)
+		return exitFail
 	}
 	defer conn.Close()
 
 	var res *rcpingpong.Result
-	var err error
-	if len(pos) == 1 {
+	if host != "" {
 		res, err = rcpingpong.Client(ctx, conn, cfg)
 	} else {
 		res, err = rcpingpong.Server(ctx, conn, cfg)

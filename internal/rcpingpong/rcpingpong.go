@@ -10,9 +10,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/rocepeer"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
-	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
 // Defaults, as ibv_rc_pingpong's.
@@ -25,12 +25,9 @@ const (
 	// DefaultTimeout bounds the exchange and any stretch without a
 	// completion. Generous: the rxe peer may run under emulation.
 	DefaultTimeout = 60 * time.Second
-	// DefaultLinger: the engine pushes a receive completion before it
-	// owes the ACK and delays ACKs by up to 200 µs, so a side that closed
-	// at once could leave the peer's last SEND unacknowledged.
+	// DefaultLinger keeps the QP after the last completion: should the
+	// ACK of the peer's last SEND be lost, its retry is still answered.
 	DefaultLinger = 250 * time.Millisecond
-	// RoCEPort is where RoCEv2 peers (rxe, RNICs) send.
-	RoCEPort = 4791
 )
 
 // Work request IDs, as ibv_rc_pingpong's.
@@ -138,14 +135,9 @@ type side struct {
 }
 
 func open(cfg Config, addr netip.AddrPort) (_ *side, err error) {
-	l, err := udp.Listen(udp.Config{Addr: addr})
+	dev, err := rocepeer.OpenDevice(addr)
 	if err != nil {
-		return nil, fmt.Errorf("RoCE link on %v: %w", addr, err)
-	}
-	dev, err := softroce.Open(softroce.Config{Link: l})
-	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("soft-RoCE device: %w", err)
+		return nil, err
 	}
 	s := &side{cfg: cfg, dev: dev}
 	defer func() {
@@ -315,27 +307,6 @@ func deadline(ctx context.Context, conn net.Conn, d time.Duration) (stop func())
 	return func() { unwatch(); conn.SetDeadline(time.Time{}) }
 }
 
-// LocalIPFor returns the local IP the kernel would use to reach peer.
-func LocalIPFor(peer netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, RoCEPort)))
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("no route to %v: %w", peer, err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
-}
-
-func roceAddr(cfg Config, peer netip.Addr) (netip.AddrPort, error) {
-	if cfg.RoCE.IsValid() {
-		return cfg.RoCE, nil
-	}
-	ip, err := LocalIPFor(peer)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	return netip.AddrPortFrom(ip, RoCEPort), nil
-}
-
 // Client runs the client side over conn, a TCP connection to an
 // ibv_rc_pingpong-compatible server.
 func Client(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
@@ -344,7 +315,7 @@ func Client(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 	}
 	cfg = cfg.withDefaults()
 	peerIP := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	addr, err := roceAddr(cfg, peerIP)
+	addr, err := rocepeer.For(cfg.RoCE, peerIP)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +381,7 @@ func Server(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 	// The device opens only now: without -roce its address is the one
 	// that routes to the client's GID. Receives are posted before the
 	// reply, so they are ready for the client's first message.
-	addr, err := roceAddr(cfg, rem.GID.Addr())
+	addr, err := rocepeer.For(cfg.RoCE, rem.GID.Addr())
 	if err != nil {
 		return nil, err
 	}
