@@ -64,7 +64,7 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 	if err != nil {
 		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)
 	}
-	dev, err := softroce.Open(softroce.Config{Name: "softroce-" + key.ip.String(), Link: l})
+	dev, err := softroce.Open(softroce.Config{Name: "softroce-" + key.ip.String(), Link: l, AckDelay: streamAckDelay})
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -110,3 +110,10 @@ func closeDeviceLocked(d *sharedDevice) {
 func (d *sharedDevice) transport() string {
 	return "rdma/" + d.dev.Provider() + "/" + d.dev.Link()
 }
+
+// streamAckDelay lets the devices of rsock streams hold an ACK briefly:
+// a stream's writer never waits on the completion of one small WRITE (its
+// send ring has room for many), so request/response traffic saves an ACK
+// packet and a wake-up of the peer per message. It is well below any ACK
+// timeout, and Close sends an ACK still held.
+const streamAckDelay = 200 * time.Microsecond

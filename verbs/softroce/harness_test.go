@@ -70,6 +70,7 @@ type pairOpts struct {
 	rnrRetry    uint8        // default 7 (forever)
 	minRNR      uint8        // default 1 (10 µs)
 	maxInflight int
+	ackDelay    time.Duration
 	sendWR      uint32
 	recvWR      uint32
 }
@@ -106,7 +107,7 @@ func (o *pairOpts) defaults() {
 
 func newNode(t testing.TB, l link.Link, o pairOpts) *node {
 	t.Helper()
-	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight})
+	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight, AckDelay: o.ackDelay})
 	if err != nil {
 		t.Fatal(err)
 	}

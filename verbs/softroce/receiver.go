@@ -3,6 +3,7 @@ package softroce
 import (
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
+	"sync"
 )
 
 // receiver is the device's receive loop: it reads packets in batches,
@@ -14,6 +15,9 @@ type receiver struct {
 	out  []link.Packet
 	outN int
 	owed []*QP // QPs that owe a coalesced ACK
+	// busy is held while a batch is handled and its responses sent, so
+	// that Device.Close lets a batch finish before it closes the link.
+	busy sync.Mutex
 }
 
 func newReceiver(d *Device, batch int) *receiver {
@@ -34,7 +38,9 @@ func (rx *receiver) loop() {
 		if err != nil {
 			return
 		}
+		rx.busy.Lock()
 		rx.process(rx.in[:n])
+		rx.busy.Unlock()
 	}
 }
 

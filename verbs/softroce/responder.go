@@ -15,6 +15,9 @@ type responderState struct {
 	ackPending bool   // an ACK for ackPSN is owed
 	ackPSN     uint32 //
 	ackQueued  bool   // the QP is on the receiver's list of owed ACKs
+	ackUrgent  bool   // the owed ACK must not be delayed (it answers a duplicate)
+	unacked    int    // request packets accepted since the last ACK or NAK
+	ackDue     int64  // when a delayed ACK goes out (monotonic ns), 0 if none
 
 	inSend  bool   // a multi-packet SEND is in progress into the head receive WQE
 	recvOff uint64 // bytes of it placed so far
@@ -109,8 +112,10 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	}
 	r.nakSent = false
 	if fl.Has(wire.FlagRead) || fl.Has(wire.FlagAtomic) {
-		return // answered already
+		r.unacked = 0 // answered already
+		return
 	}
+	r.unacked++
 	if pkt.BTH.AckReq() {
 		q.owe(rx, psn)
 	}
@@ -331,6 +336,7 @@ func (q *QP) duplicate(pkt *wire.Packet, rx *receiver) {
 	psn := pkt.BTH.PSN()
 	fl := pkt.BTH.Opcode().Flags()
 	if !fl.Has(wire.FlagRead) && !fl.Has(wire.FlagAtomic) {
+		r.ackUrgent = true // the requester is retrying: stop it quickly
 		q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
 		return
 	}
@@ -382,13 +388,24 @@ func (q *QP) sendOwedAck(rx *receiver) {
 		r.ackPending = false
 		return
 	}
-	// The ACK goes out at once: a requester that waits for the completion
-	// of a lone request (ib_write_lat, ibv_rc_pingpong) would otherwise
-	// wait out any delay on every message. Coalescing still happens across
-	// the packets of one receive batch.
+	// With an ACK delay configured, light traffic (a request/response
+	// exchange) holds its ACK a little, so that one ACK covers several
+	// messages instead of costing a packet and a wake-up per message; a
+	// burst is acknowledged at once. Without one, as RNICs do, the ACK goes
+	// out at the end of the receive batch.
+	if d := q.dev.ackDelay; d > 0 && !r.ackUrgent && r.unacked < delayedAckPackets {
+		if r.ackDue == 0 {
+			r.ackDue = nanotime() + d
+			q.armTimer()
+		}
+		return
+	}
 	r.ackPending = false
 	q.sendAETH(rx, r.ackPSN, wire.ACKSyndrome(31))
 }
+
+// delayedAckPackets is the most unacknowledged packets an ACK is held for.
+const delayedAckPackets = 4
 
 // rnrNAK tells the requester that no receive WQE is posted.
 func (q *QP) rnrNAK(rx *receiver, psn uint32) {
@@ -424,6 +441,11 @@ func (q *QP) noteAETHSent(psn uint32) {
 	if r.ackPending && psnDiff(psn, r.ackPSN) >= 0 {
 		r.ackPending = false
 	}
+	if !r.ackPending {
+		r.ackDue = 0
+		r.ackUrgent = false
+	}
+	r.unacked = 0
 }
 
 // buildAETH fills p with an ACKNOWLEDGE packet.
@@ -436,9 +458,9 @@ func (q *QP) buildAETH(p *link.Packet, psn uint32, syn wire.Syndrome) {
 }
 
 // flushOwedAck sends a coalesced ACK that is still owed, from the QP's own
-// buffers: at Close, where the receive loop may not have reached the end
-// of its batch, and a requester whose last message is never acknowledged
-// would retry against a QP that is gone.
+// buffers: when a delayed ACK is due, and at Close, where the receive loop
+// may not have reached the end of its batch, and a requester whose last
+// message is never acknowledged would retry against a QP that is gone.
 func (q *QP) flushOwedAck() {
 	r := &q.resp
 	if !r.ackPending {

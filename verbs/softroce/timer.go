@@ -74,8 +74,10 @@ func (q *QP) armAckTimerNow() {
 // armTimer makes sure the timer fires no later than the nearest deadline.
 func (q *QP) armTimer() {
 	next := q.comp.ackDeadline
-	if d := q.comp.rnrDeadline; d != 0 && (next == 0 || d < next) {
-		next = d
+	for _, d := range [...]int64{q.comp.rnrDeadline, q.resp.ackDue} {
+		if d != 0 && (next == 0 || d < next) {
+			next = d
+		}
 	}
 	if next == 0 || q.closed {
 		return
@@ -92,6 +94,7 @@ func (q *QP) stopTimer() {
 	q.timerAt = 0
 	q.comp.ackDeadline = 0
 	q.comp.rnrDeadline = 0
+	q.resp.ackDue = 0
 }
 
 // onTimer runs when the QP's timer fires: it ends an RNR wait, or handles
@@ -105,6 +108,10 @@ func (q *QP) onTimer() {
 		return
 	}
 	now := nanotime()
+	if d := q.resp.ackDue; d != 0 && now >= d {
+		q.flushOwedAck()
+		q.resp.ackDue = 0
+	}
 	if q.attr.State != verbs.QPSRTS {
 		q.armTimer()
 		return
