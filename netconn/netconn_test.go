@@ -295,9 +295,11 @@ func TestManyConns(t *testing.T) {
 	if testing.Short() {
 		conns = 50
 	}
-	// A generous sniff timeout: 200 dialers at once under the race
-	// detector may take longer than the default to send their preface.
-	ln := listen(t, ListenConfig{Stream: streamSmall, SniffTimeout: 10 * time.Second})
+	// Generous sniff and handshake timeouts: 200 dialers at once under the
+	// race detector, on two cores shared with other test binaries, may take
+	// longer than the defaults to send their preface and set up their QPs.
+	const slow = 30 * time.Second
+	ln := listen(t, ListenConfig{Stream: streamSmall, SniffTimeout: 10 * time.Second, HandshakeTimeout: slow})
 	var served sync.WaitGroup
 	go func() {
 		for {
@@ -319,7 +321,7 @@ func TestManyConns(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			d := Dialer{Stream: streamSmall}
+			d := Dialer{Stream: streamSmall, HandshakeTimeout: slow}
 			c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
 			if err != nil {
 				errs <- err
