@@ -110,6 +110,11 @@ type rxScratch struct {
 	// in idDelta (see idDeltas); 0 if none.
 	idLen   int
 	idDelta [maxSegs]uint32
+
+	// GRO slots [dirty, packed) are described for recvmmsg and untouched
+	// since; the kernel rewrites the headers of the messages it fills
+	// (slots [0, n) of a call), so only those need describing again.
+	dirty, packed int
 }
 
 // alignedBytes returns n zero bytes aligned for a unix.Cmsghdr.
@@ -647,14 +652,20 @@ func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 		// s.end, pkts being non-empty), so every slot may be reused.
 		cnt := min(len(pkts), len(s.hs))
 		for i := range cnt {
-			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
+			if i < s.dirty || i >= s.packed {
+				l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
+			}
 		}
+		s.dirty, s.packed = 0, max(s.packed, cnt)
 		ok, err := l.recvCall(s, cnt)
 		if err != nil {
 			return 0, err
 		}
 		if ok {
 			s.next, s.end, s.inMsg = 0, s.n, false
+			s.dirty = s.n
+		} else {
+			s.dirty = cnt // a failed call may have written any header
 		}
 	}
 }
