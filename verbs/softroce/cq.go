@@ -52,6 +52,7 @@ func (c *CQ) push(wc *verbs.WC) {
 	c.mu.Unlock()
 	select {
 	case c.notify <- struct{}{}:
+		c.dev.signalled.Store(true)
 	default:
 	}
 }

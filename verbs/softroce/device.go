@@ -73,6 +73,9 @@ type Device struct {
 
 	rx     *receiver
 	rxDone chan struct{}
+	// signalled is set when a CQ signals its notify channel; the receive
+	// loop clears it after each batch and yields if it was set.
+	signalled atomic.Bool
 }
 
 var _ verbs.Device = (*Device)(nil)

@@ -3,6 +3,7 @@ package softroce
 import (
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
+	"runtime"
 	"sync"
 )
 
@@ -41,6 +42,13 @@ func (rx *receiver) loop() {
 		rx.busy.Lock()
 		rx.process(rx.in[:n])
 		rx.busy.Unlock()
+		if rx.d.signalled.Swap(false) {
+			// A goroutine woken by a completion of this batch waits,
+			// runnable, on this processor: let it run now rather than
+			// after this goroutine's next receive call comes back empty
+			// (a system call and a park, ~3 µs of a 20 µs round trip).
+			runtime.Gosched()
+		}
 	}
 }
 
