@@ -1,6 +1,6 @@
-// Package rocepeer sets up the soft-RoCE side of the commands that stand in
-// for rdma-core's tools (rc-pingpong, perftest): the local address that
-// reaches a peer, and a device on it.
+// Package rocepeer sets up the soft-RoCE side of rsockbench's verbs-level
+// modes (verbs, and the stand-ins for rdma-core's tools: rc-pingpong and
+// perftest's): the local address that reaches a peer, and a device on it.
 package rocepeer
 
 import (

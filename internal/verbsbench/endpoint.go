@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
+	"github.com/rsock-go/rsock/internal/rocepeer"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
-	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
 // Pattern seeds: each side fills its buffer with its own pattern, so the
@@ -38,14 +38,9 @@ type endpoint struct {
 // openEndpoint opens a device on addr and creates the QP (moved to INIT)
 // and buffer for the test p.
 func openEndpoint(addr netip.AddrPort, p *Params, seed byte) (_ *endpoint, err error) {
-	l, err := udp.Listen(udp.Config{Addr: addr})
+	dev, err := rocepeer.OpenDevice(addr)
 	if err != nil {
-		return nil, fmt.Errorf("RoCE link on %v: %w", addr, err)
-	}
-	dev, err := softroce.Open(softroce.Config{Link: l})
-	if err != nil {
-		l.Close()
-		return nil, fmt.Errorf("soft-RoCE device: %w", err)
+		return nil, err
 	}
 	e := &endpoint{dev: dev, size: p.Size, slots: slotsFor(p.Size), psn: rand.Uint32() & psnMask}
 	defer func() {
