@@ -167,3 +167,54 @@ func TestCapturedExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExchangeGarbage: a client that sends an old version, an absurd
+// buffer geometry, or hangs up mid-exchange gets a clear error from our
+// server, which sets nothing up for it.
+func TestExchangeGarbage(t *testing.T) {
+	version := func(v string) []byte { b := make([]byte, versionLen); copy(b, v); return b }
+	be32 := func(v uint32) []byte { return []byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)} }
+	for name, tc := range map[string]struct {
+		send [][]byte
+		want string
+	}{
+		"old version":   {[][]byte{version("5.60")}, "peer version not supported"},
+		"not a version": {[][]byte{version("hello")}, "peer version not supported"},
+		"huge cycle":    {[][]byte{version("6.06"), be32(1 << 30), be32(64)}, "out of range"},
+		// A negative size loses to ours, as in perftest: the exchange goes on.
+		"negative cycle":    {[][]byte{version("6.06"), be32(0xffffff00), be32(64)}, "receive MTU"},
+		"huge cache line":   {[][]byte{version("6.06"), be32(4096), be32(1 << 20)}, "out of range"},
+		"hang up":           {[][]byte{version("6.06"), be32(4096)}, "receive cache line size"},
+		"address too short": {[][]byte{version("6.06"), be32(4096), be32(64), []byte("3\x00"), []byte("0000:")}, "receive address"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ours, theirs := net.Pipe()
+			go func() {
+				defer theirs.Close()
+				buf := make([]byte, DestLen)
+				for i, m := range tc.send {
+					if _, err := theirs.Write(m); err != nil {
+						return
+					}
+					// Our server answers each whole message; read the
+					// answer. A short last message gets none.
+					if i < len(tc.send)-1 || !strings.Contains(tc.want, "address") {
+						if _, err := theirs.Read(buf); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			cfg := Config{Test: WriteBW, Timeout: 5 * time.Second, RoCE: netip.MustParseAddrPort("127.0.0.1:0")}
+			res, err := Server(context.Background(), ours, cfg)
+			ours.Close()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one about %q", err, tc.want)
+			}
+			// Only the address exchange comes after the queue pair is made.
+			if res != nil && res.Local.QPN != 0 && !strings.Contains(tc.want, "address") {
+				t.Errorf("a queue pair was set up: %+v", res.Local)
+			}
+		})
+	}
+}

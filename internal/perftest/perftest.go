@@ -57,10 +57,15 @@ func run(ctx context.Context, conn net.Conn, cfg Config, client bool) (*Result, 
 		return res, err
 	}
 
-	peerIP := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	addr, err := rocepeer.For(cfg.RoCE, peerIP)
-	if err != nil {
-		return res, err
+	addr := cfg.RoCE
+	if !addr.IsValid() {
+		ta, ok := conn.RemoteAddr().(*net.TCPAddr)
+		if !ok {
+			return res, fmt.Errorf("perftest: no RoCE address given and the control connection (%v) is not TCP", conn.RemoteAddr())
+		}
+		if addr, err = rocepeer.For(addr, ta.AddrPort().Addr().Unmap()); err != nil {
+			return res, err
+		}
 	}
 	s, err := open(cfg, addr, max(cfg.Size, cycle))
 	if err != nil {

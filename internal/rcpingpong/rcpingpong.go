@@ -314,10 +314,16 @@ func Client(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	peerIP := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	addr, err := rocepeer.For(cfg.RoCE, peerIP)
-	if err != nil {
-		return nil, err
+	addr := cfg.RoCE
+	if !addr.IsValid() {
+		ta, ok := conn.RemoteAddr().(*net.TCPAddr)
+		if !ok {
+			return nil, fmt.Errorf("rcpingpong: no RoCE address given and the connection (%v) is not TCP", conn.RemoteAddr())
+		}
+		var err error
+		if addr, err = rocepeer.For(addr, ta.AddrPort().Addr().Unmap()); err != nil {
+			return nil, err
+		}
 	}
 	s, err := open(cfg, addr)
 	if err != nil {
