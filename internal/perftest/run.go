@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -133,8 +134,10 @@ func (s *side) bwClient(ctx context.Context, rem Dest, cycle, cacheLine int) (BW
 // postRecvs posts n receives of Size bytes into the receive half,
 // stepping through the cycle buffer.
 func (s *side) postRecvs(st *stepper, n int) error {
-	wrs := make([]verbs.RecvWR, n)
-	sges := make([]verbs.SGE, n)
+	if cap(s.rwrs) < n {
+		s.rwrs, s.rsges = make([]verbs.RecvWR, n), make([]verbs.SGE, n)
+	}
+	wrs, sges := s.rwrs[:n], s.rsges[:n] // PostRecv copies them
 	for i := range wrs {
 		sges[i] = verbs.SGE{Addr: st.next(), Length: uint32(s.cfg.Size), LKey: s.mr.LKey()}
 		wrs[i] = verbs.RecvWR{ID: 1, SGL: sges[i : i+1]}
@@ -192,11 +195,11 @@ func (s *side) latWrite(ctx context.Context, rem Dest, server bool) ([]time.Dura
 	// The buffer is page-aligned, so word alignment follows the index.
 	at := s.buffSize + cfg.Size - 1
 	pollWord := (*uint32)(unsafe.Pointer(&s.buf[at&^3]))
-	shift := 8 * (at & 3) // little-endian byte order within the word
-	if !littleEndian {
-		shift = 24 - shift
+	polled := func() byte {
+		var w [4]byte
+		binary.NativeEndian.PutUint32(w[:], atomic.LoadUint32(pollWord))
+		return w[at&3]
 	}
-	polled := func() byte { return byte(atomic.LoadUint32(pollWord) >> shift) }
 
 	wr := []verbs.SendWR{{ID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{s.sendHalf(cfg.Size)}, RemoteAddr: rem.VAddr, RKey: rem.RKey}}
@@ -243,8 +246,3 @@ func (s *side) pollFor(ctx context.Context, polled func() byte, want byte) error
 	}
 	return nil
 }
-
-var littleEndian = func() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 1
-}()

@@ -24,6 +24,9 @@ type side struct {
 	mr       verbs.MR
 	buffSize int
 	self     Dest
+
+	rwrs  []verbs.RecvWR // postRecvs' work requests, reused
+	rsges []verbs.SGE
 }
 
 // open creates the device on addr and the queue pair in INIT, with a
@@ -74,12 +77,10 @@ func open(cfg Config, addr netip.AddrPort, buffSize int) (_ *side, err error) {
 	return s, nil
 }
 
-// close releases everything. The QP goes first: its Close sends an ACK
-// still owed for the peer's last request.
+// close releases everything.
 func (s *side) close() {
-	if s.qp != nil {
-		s.qp.Close()
-	}
+	// Device.Close closes the QP (which sends an ACK still owed for the
+	// peer's last message) before the link, then the buffer can go.
 	s.dev.Close()
 	if s.buf != nil {
 		verbs.FreeBuffer(s.buf)

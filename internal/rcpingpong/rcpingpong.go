@@ -173,12 +173,8 @@ func open(cfg Config, addr netip.AddrPort) (_ *side, err error) {
 }
 
 func (s *side) close() {
-	// The QP first: its Close sends an ACK still owed for the peer's last
-	// message. Device.Close closes the link before its QPs, which loses
-	// that ACK and leaves the peer retrying its last SEND.
-	if s.qp != nil {
-		s.qp.Close()
-	}
+	// Device.Close closes the QP (which sends an ACK still owed for the
+	// peer's last message) before the link, then the buffer can go.
 	s.dev.Close()
 	if s.buf != nil {
 		verbs.FreeBuffer(s.buf)

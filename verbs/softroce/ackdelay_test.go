@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,6 +70,7 @@ func TestCloseAfterData(t *testing.T) {
 // atomicByte loads buf[i] through an atomic load of its aligned word, so
 // a polling loop sees what the engine writes (buf is page-aligned).
 func atomicByte(buf []byte, i int) byte {
-	w := (*uint32)(unsafe.Pointer(&buf[i&^3]))
-	return byte(atomic.LoadUint32(w) >> (8 * (i & 3)))
+	var w [4]byte
+	binary.NativeEndian.PutUint32(w[:], atomic.LoadUint32((*uint32)(unsafe.Pointer(&buf[i&^3]))))
+	return w[i&3]
 }
