@@ -5,10 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
+	"net"
 	"time"
 
 	"github.com/rsock-go/rsock/internal/perftest"
@@ -104,42 +101,30 @@ func runPerftest(name string, args []string, stdout, stderr io.Writer) int {
 		cfg.Linger = -1
 	}
 	if roce != "" {
-		ap, err := netip.ParseAddrPort(roce)
+		ap, err := parseRoCE(roce)
 		if err != nil {
 			return usage("-roce: %v", err)
 		}
-		cfg.RoCE = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		cfg.RoCE = ap
 	}
 	if err := cfg.Check(); err != nil {
 		return usage("%v", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	host := ""
 	if len(pos) == 1 {
 		host = pos[0]
 	} else {
 		fmt.Fprintf(stdout, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
 	}
-	c, err := exchangeConn(ctx, host, port, timeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitFail
-	}
-	defer c.Close()
-	var res *perftest.Result
-	if host != "" {
-		res, err = perftest.Client(ctx, c, cfg)
-	} else {
-		res, err = perftest.Server(ctx, c, cfg)
-	}
-	if res != nil && verbose {
-		fmt.Fprintf(stderr, "counters: %+v\n", res.Counters)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return exitFail
-	}
-	return exitOK
+	return runExchange(name, host, port, timeout, stderr, func(ctx context.Context, conn net.Conn) error {
+		run := perftest.Server
+		if host != "" {
+			run = perftest.Client
+		}
+		res, err := run(ctx, conn, cfg)
+		if res != nil && verbose {
+			fmt.Fprintf(stderr, "counters: %+v\n", res.Counters)
+		}
+		return err
+	})
 }

@@ -5,10 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
-	"os"
-	"os/signal"
-	"syscall"
+	"net"
 	"time"
 
 	"github.com/rsock-go/rsock/internal/rcpingpong"
@@ -81,48 +78,37 @@ func runRCPingpong(args []string, stdout, stderr io.Writer) int {
 		cfg.Linger = -1
 	}
 	if roce != "" {
-		ap, err := netip.ParseAddrPort(roce)
+		ap, err := parseRoCE(roce)
 		if err != nil {
 			fmt.Fprintf(stderr, "rc-pingpong: -roce: %v\n", err)
 			return exitUsage
 		}
-		cfg.RoCE = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		cfg.RoCE = ap
 	}
 	if err := cfg.Check(); err != nil {
 		fmt.Fprintf(stderr, "rc-pingpong: %v\n", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	host := ""
 	if len(pos) == 1 {
 		host = pos[0]
 	}
-	conn, err := exchangeConn(ctx, host, port, timeout)
-	if err != nil {
-		fmt.Fprintf(stderr, "rc-pingpong: %v\n", err)
-		return exitFail
-	}
-	defer conn.Close()
-
-	var res *rcpingpong.Result
-	if host != "" {
-		res, err = rcpingpong.Client(ctx, conn, cfg)
-	} else {
-		res, err = rcpingpong.Server(ctx, conn, cfg)
-	}
-	if res != nil && verbose {
-		fmt.Fprintf(stderr, "counters: %+v\n", res.Counters)
-	}
-	if err != nil {
-		if res != nil {
-			fmt.Fprintf(stderr, "rc-pingpong: after %d sends, %d receives: %v\n", res.Sends, res.Recvs, err)
-		} else {
-			fmt.Fprintf(stderr, "rc-pingpong: %v\n", err)
+	return runExchange("rc-pingpong", host, port, timeout, stderr, func(ctx context.Context, conn net.Conn) error {
+		run := rcpingpong.Server
+		if host != "" {
+			run = rcpingpong.Client
 		}
-		return exitFail
-	}
-	fmt.Fprint(stdout, res.Summary())
-	return exitOK
+		res, err := run(ctx, conn, cfg)
+		if res != nil && verbose {
+			fmt.Fprintf(stderr, "counters: %+v\n", res.Counters)
+		}
+		if err != nil {
+			if res != nil {
+				return fmt.Errorf("after %d sends, %d receives: %w", res.Sends, res.Recvs, err)
+			}
+			return err
+		}
+		fmt.Fprint(stdout, res.Summary())
+		return nil
+	})
 }
