@@ -57,15 +57,9 @@ func run(ctx context.Context, conn net.Conn, cfg Config, client bool) (*Result, 
 		return res, err
 	}
 
-	addr := cfg.RoCE
-	if !addr.IsValid() {
-		ta, ok := conn.RemoteAddr().(*net.TCPAddr)
-		if !ok {
-			return res, fmt.Errorf("perftest: no RoCE address given and the control connection (%v) is not TCP", conn.RemoteAddr())
-		}
-		if addr, err = rocepeer.For(addr, ta.AddrPort().Addr().Unmap()); err != nil {
-			return res, err
-		}
+	addr, err := rocepeer.ForConn(cfg.RoCE, conn)
+	if err != nil {
+		return res, fmt.Errorf("perftest: %w", err)
 	}
 	s, err := open(cfg, addr, max(cfg.Size, cycle))
 	if err != nil {

@@ -310,16 +310,9 @@ func Client(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	addr := cfg.RoCE
-	if !addr.IsValid() {
-		ta, ok := conn.RemoteAddr().(*net.TCPAddr)
-		if !ok {
-			return nil, fmt.Errorf("rcpingpong: no RoCE address given and the connection (%v) is not TCP", conn.RemoteAddr())
-		}
-		var err error
-		if addr, err = rocepeer.For(addr, ta.AddrPort().Addr().Unmap()); err != nil {
-			return nil, err
-		}
+	addr, err := rocepeer.ForConn(cfg.RoCE, conn)
+	if err != nil {
+		return nil, fmt.Errorf("rcpingpong: %w", err)
 	}
 	s, err := open(cfg, addr)
 	if err != nil {

@@ -38,6 +38,19 @@ func For(addr netip.AddrPort, peer netip.Addr) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(ip, Port), nil
 }
 
+// ForConn returns addr if it is valid, else the local IP that routes to
+// the far end of conn, a TCP connection to the peer, with port 4791.
+func ForConn(addr netip.AddrPort, conn net.Conn) (netip.AddrPort, error) {
+	if addr.IsValid() {
+		return addr, nil
+	}
+	ta, ok := conn.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("no RoCE address given and the connection (%v) is not TCP", conn.RemoteAddr())
+	}
+	return For(addr, ta.AddrPort().Addr().Unmap())
+}
+
 // OpenDevice opens a soft-RoCE device on a UDP link bound to addr.
 func OpenDevice(addr netip.AddrPort) (*softroce.Device, error) {
 	l, err := udp.Listen(udp.Config{Addr: addr})
