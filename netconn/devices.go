@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,11 +14,19 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
-// Devices are shared by every connection of the process that uses the
-// same provider, link and local IP, the way a NIC is: a soft-RoCE device
-// binds UDP 4791 (or an ephemeral port) on that IP. A device is closed
-// when no connection has used it for deviceLinger.
+// Devices are shared by the connections of the process that use the same
+// provider, link and local IP, the way the queues of a NIC are: a
+// soft-RoCE device is one UDP socket (on an ephemeral port of that IP)
+// and one goroutine that receives for all its queue pairs. A busy device
+// is bound by that goroutine's processor, so up to maxDevices() devices
+// serve one IP: a new connection goes to the device with the fewest
+// connections, and a further device is opened while each one has some. A
+// device is closed when no connection has used it for deviceLinger.
 var deviceLinger = 5 * time.Second
+
+// maxDevices bounds the devices of one provider, link and IP: one per
+// processor, at most 4 (each holds about 5 MiB of packet buffers).
+var maxDevices = func() int { return min(runtime.GOMAXPROCS(0), 4) }
 
 type deviceKey struct {
 	provider, link string
@@ -33,15 +43,17 @@ type sharedDevice struct {
 
 var registry = struct {
 	sync.Mutex
-	devs map[deviceKey]*sharedDevice
-}{devs: make(map[deviceKey]*sharedDevice)}
+	devs   map[deviceKey][]*sharedDevice
+	opened int // devices opened so far, to name them
+}{devs: make(map[deviceKey][]*sharedDevice)}
 
 // errNoRDMACore is the provider failure when rdma-core support is not
 // compiled in.
 var errNoRDMACore = errors.New("netconn: the rdmacore provider is not built into this binary")
 
-// acquireDevice returns the shared device for a provider choice and local
-// IP, opening it if needed. Release it with releaseDevice.
+// acquireDevice returns a device for a provider choice and local IP: the
+// one with the fewest connections, or a new one (see maxDevices). Release
+// it with releaseDevice.
 func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) {
 	switch provider {
 	case ProviderAuto:
@@ -52,19 +64,28 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 	key := deviceKey{provider, link, ip.Unmap()}
 	registry.Lock()
 	defer registry.Unlock()
-	if d := registry.devs[key]; d != nil {
-		if d.timer != nil {
-			d.timer.Stop()
-			d.timer = nil
+	devs := registry.devs[key]
+	var least *sharedDevice
+	for _, d := range devs {
+		if least == nil || d.refs < least.refs {
+			least = d
 		}
-		d.refs++
-		return d, nil
+	}
+	if least != nil && (least.refs == 0 || len(devs) >= maxDevices()) {
+		if least.timer != nil {
+			least.timer.Stop()
+			least.timer = nil
+		}
+		least.refs++
+		return least, nil
 	}
 	l, err := udp.Listen(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)
 	}
-	dev, err := softroce.Open(softroce.Config{Name: "softroce-" + key.ip.String(), Link: l, AckDelay: streamAckDelay})
+	name := fmt.Sprintf("softroce%d-%v", registry.opened, key.ip)
+	registry.opened++
+	dev, err := softroce.Open(softroce.Config{Name: name, Link: l, AckDelay: streamAckDelay})
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -75,7 +96,7 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 		return nil, err
 	}
 	d := &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}
-	registry.devs[key] = d
+	registry.devs[key] = append(devs, d)
 	return d, nil
 }
 
@@ -95,14 +116,19 @@ func releaseDevice(d *sharedDevice) {
 	d.timer = time.AfterFunc(deviceLinger, func() {
 		registry.Lock()
 		defer registry.Unlock()
-		if d.refs == 0 && registry.devs[d.key] == d {
+		if d.refs == 0 && slices.Contains(registry.devs[d.key], d) {
 			closeDeviceLocked(d)
 		}
 	})
 }
 
 func closeDeviceLocked(d *sharedDevice) {
-	delete(registry.devs, d.key)
+	devs := slices.DeleteFunc(registry.devs[d.key], func(e *sharedDevice) bool { return e == d })
+	if len(devs) == 0 {
+		delete(registry.devs, d.key)
+	} else {
+		registry.devs[d.key] = devs
+	}
 	d.dev.Close()
 }
 

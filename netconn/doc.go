@@ -35,8 +35,12 @@
 //	                two from 4096 to 67108864 (default 524288).
 //
 // Process-wide state: connections that use the same provider, link and
-// local IP share one device (for soft-RoCE, one UDP socket and one
-// receive goroutine), which is closed 5 s after its last connection; and
+// local IP share its devices (for soft-RoCE, a device is one UDP socket
+// and one receive goroutine, the way a NIC queue is one ring and one
+// interrupt): up to one per processor and at most 4, each new connection
+// going to the device with the fewest, so that receiving for many
+// connections uses several cores. A device is closed 5 s after its last
+// connection; and
 // addresses that answered like plain TCP servers are remembered for 5
 // minutes, so that dialing them again costs no second connect (the conn's
 // FallbackReason says so). Leak checkers such as goleak see the device's

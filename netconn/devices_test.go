@@ -1,0 +1,66 @@
+package netconn
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// TestDevicePlacement checks how connections are spread over the devices
+// of one IP: a new device while every device has connections and fewer
+// than maxDevices exist, else the device with the fewest connections.
+func TestDevicePlacement(t *testing.T) {
+	defer func(f func() int) { maxDevices = f }(maxDevices)
+	maxDevices = func() int { return 2 }
+	ip := netip.MustParseAddr("127.0.0.1")
+	acquire := func() *sharedDevice {
+		t.Helper()
+		d, err := acquireDevice(ProviderSoftRoCE, "udp", ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	count := func() int {
+		registry.Lock()
+		defer registry.Unlock()
+		return len(registry.devs[deviceKey{ProviderSoftRoCE, "udp", ip}])
+	}
+
+	a := acquire()
+	b := acquire()
+	if a == b {
+		t.Fatal("second connection shares the first one's device while a second device is allowed")
+	}
+	type porter interface{ LocalAddr() netip.AddrPort }
+	if pa, pb := a.dev.(porter).LocalAddr(), b.dev.(porter).LocalAddr(); pa == pb {
+		t.Fatalf("both devices on %v", pa)
+	}
+	if a.transport() != "rdma/softroce/udp" || b.transport() != a.transport() {
+		t.Fatalf("transports %q, %q", a.transport(), b.transport())
+	}
+	c := acquire() // the limit is reached: the least used, a
+	if c != a || a.refs != 2 || b.refs != 1 {
+		t.Fatalf("third connection: got device with %d refs, a %d b %d", c.refs, a.refs, b.refs)
+	}
+	d := acquire() // a has 2, b has 1
+	if d != b {
+		t.Fatal("fourth connection not on the less used device")
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d devices, want 2", n)
+	}
+	for _, x := range []*sharedDevice{a, b, c, d} {
+		releaseDevice(x) // deviceLinger is 0 in tests: the last release closes
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d devices left after every release", n)
+	}
+
+	maxDevices = func() int { return 1 }
+	e, f := acquire(), acquire()
+	if e != f {
+		t.Fatal("two devices opened with maxDevices 1")
+	}
+	releaseDevice(e)
+	releaseDevice(f)
+}
