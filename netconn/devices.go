@@ -11,6 +11,7 @@ import (
 
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
@@ -72,14 +73,33 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 		}
 	}
 	if least != nil && (least.refs == 0 || len(devs) >= maxDevices()) {
-		if least.timer != nil {
-			least.timer.Stop()
-			least.timer = nil
-		}
-		least.refs++
-		return least, nil
+		return least.ref(), nil
 	}
-	l, err := udp.Listen(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
+	d, err := openDevice(key)
+	if err != nil {
+		if least != nil {
+			return least.ref(), nil // a busier device beats no device
+		}
+		return nil, err
+	}
+	registry.devs[key] = append(devs, d)
+	return d, nil
+}
+
+// ref counts a new connection on d. The caller holds registry.
+func (d *sharedDevice) ref() *sharedDevice {
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.refs++
+	return d
+}
+
+// openDevice opens a device for key, with one reference. The caller holds
+// registry.
+func openDevice(key deviceKey) (*sharedDevice, error) {
+	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)
 	}
@@ -95,10 +115,11 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 		dev.Close()
 		return nil, err
 	}
-	d := &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}
-	registry.devs[key] = append(devs, d)
-	return d, nil
+	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}, nil
 }
+
+// listenLink opens a device's link; tests replace it to make it fail.
+var listenLink = func(cfg udp.Config) (link.Link, error) { return udp.Listen(cfg) }
 
 // releaseDevice drops a reference; the last one closes the device after
 // deviceLinger.

@@ -1,8 +1,12 @@
 package netconn
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
 // TestDevicePlacement checks how connections are spread over the devices
@@ -63,4 +67,33 @@ func TestDevicePlacement(t *testing.T) {
 	}
 	releaseDevice(e)
 	releaseDevice(f)
+}
+
+// TestDeviceOpenFails: when a further device cannot be opened, a new
+// connection shares an existing one; with none, the error is returned
+// (and the connection falls back to TCP).
+func TestDeviceOpenFails(t *testing.T) {
+	defer func(f func() int) { maxDevices = f }(maxDevices)
+	defer func(f func(udp.Config) (link.Link, error)) { listenLink = f }(listenLink)
+	maxDevices = func() int { return 4 }
+	ip := netip.MustParseAddr("127.0.0.1")
+	a, err := acquireDevice(ProviderSoftRoCE, "udp", ip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseDevice(a)
+	errNoLink := errors.New("no link for you")
+	listenLink = func(udp.Config) (link.Link, error) { return nil, errNoLink }
+	b, err := acquireDevice(ProviderSoftRoCE, "udp", ip)
+	if err != nil || b != a || a.refs != 2 {
+		t.Fatalf("with the first device open: %v, same device %v, refs %d", err, b == a, a.refs)
+	}
+	releaseDevice(b)
+	other := netip.MustParseAddr("127.0.0.2")
+	if d, err := acquireDevice(ProviderSoftRoCE, "udp", other); !errors.Is(err, errNoLink) {
+		if d != nil {
+			releaseDevice(d)
+		}
+		t.Fatalf("no device and none can be opened: %v", err)
+	}
 }
