@@ -17,8 +17,9 @@ import (
 
 // Devices are shared by the connections of the process that use the same
 // provider, link and local IP, the way the queues of a NIC are: a
-// soft-RoCE device is one UDP socket (on an ephemeral port of that IP)
-// and one goroutine that receives for all its queue pairs. A busy device
+// soft-RoCE device is one UDP socket on that IP (port 4791 if it is free,
+// else an ephemeral port) and one goroutine that receives for all its
+// queue pairs. A busy device
 // is bound by that goroutine's processor, so up to maxDevices() devices
 // serve one IP: a new connection goes to the device with the fewest
 // connections, and a further device is opened while each one has some. A

@@ -57,8 +57,8 @@ func (rx *receiver) batch(pkts []link.Packet) {
 	if rx.d.signalled.Swap(false) {
 		// A goroutine woken by a completion of this batch waits,
 		// runnable, on this processor: let it run now rather than after
-		// this goroutine's next wait for packets (a park, and often a
-		// receive call that comes back empty first).
+		// this goroutine's next wait for packets (a park, and on a link
+		// that is not a link.Looper, often an empty receive call first).
 		runtime.Gosched()
 	}
 }
