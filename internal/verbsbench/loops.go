@@ -58,6 +58,9 @@ func (e *endpoint) runBW(ctx context.Context, p, peer *Params) (measured, error)
 			if limit == 0 {
 				limit = every
 			}
+			if completed >= limit {
+				break // every request posted is complete
+			}
 		}
 		if n := min(depth-(posted-completed), limit-posted, postBatch); n > 0 {
 			for k := range n {
@@ -91,7 +94,7 @@ func (e *endpoint) runBW(ctx context.Context, p, peer *Params) (measured, error)
 			}
 			completed = wc.WRID + 1
 		}
-		if n == 0 && (posted-completed == depth || posted == limit) {
+		if n == 0 && posted > completed && (posted-completed == depth || posted == limit) {
 			if err := waitCQ(ctx, e.scq); err != nil {
 				return measured{}, err
 			}

@@ -136,6 +136,33 @@ func TestDuration(t *testing.T) {
 	}
 }
 
+// TestDurationEndsWhenIdle ends timed tests whose every request is
+// complete when the time is up (a depth of 1 leaves the queue empty after
+// each completion): the client must stop rather than wait for a
+// completion that cannot come.
+func TestDurationEndsWhenIdle(t *testing.T) {
+	ctx := context.Background()
+	addr, wait := startServer(t, ctx)
+	conn := dial(t, addr)
+	for _, test := range []Test{TestWriteBW, TestSendBW, TestReadBW} {
+		for round := range 10 {
+			c := Config{Test: test, Size: 64, Duration: time.Duration(round+1) * time.Millisecond,
+				TxDepth: 1, CQMod: 1, Timeout: 2 * time.Second}
+			r, err := Run(ctx, conn, c)
+			if err != nil {
+				t.Fatalf("%v, %v: %v", test, c.Duration, err)
+			}
+			if r.Iters == 0 || r.Bytes != r.Iters*uint64(c.Size) {
+				t.Fatalf("%v: %d iterations, %d bytes", test, r.Iters, r.Bytes)
+			}
+		}
+	}
+	conn.Close()
+	if err := wait(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
 // TestServerGoesAway cancels the server in the middle of a test; the
 // client must fail promptly with a peer error.
 func TestServerGoesAway(t *testing.T) {
