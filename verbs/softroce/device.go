@@ -73,6 +73,9 @@ type Device struct {
 
 	rx     *receiver
 	rxDone chan struct{}
+	// linkClosing is set under rx.busy once Close is about to close the
+	// link; later batches are dropped.
+	linkClosing bool
 	// signalled is set when a CQ signals its notify channel; the receive
 	// loop clears it after each batch and yields if it was set.
 	signalled atomic.Bool
@@ -195,9 +198,12 @@ func (d *Device) Close() error {
 	}
 	// A batch in progress may hold the ACK of a request whose data the
 	// application has already seen (and closed on): let it send that.
+	// The link is closed outside busy: a receive loop run by the link
+	// (link.Looper) does not return while its batch waits for busy.
 	d.rx.busy.Lock()
-	err := d.link.Close()
+	d.linkClosing = true
 	d.rx.busy.Unlock()
+	err := d.link.Close()
 	<-d.rxDone
 	d.mrMu.Lock()
 	for _, m := range d.lkeys {

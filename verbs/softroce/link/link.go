@@ -96,3 +96,18 @@ type Link interface {
 	// Close releases the link. It is idempotent.
 	Close() error
 }
+
+// A Looper is a Link that can run the receive loop itself: RecvLoop
+// receives as Recv does and calls handle with each batch, pkts[:n] with
+// n > 0, until the link is closed, when it returns ErrClosed (or a
+// failure). The packets of a batch are valid until handle returns, as
+// those of Recv are until the next Recv call. One goroutine calls it, and
+// Recv is not called meanwhile.
+//
+// A link implements it when it waits for arrivals more cheaply inside one
+// loop than across Recv calls: a socket read that returned fewer datagrams
+// than asked for emptied the socket, and the loop can wait for the next
+// arrival without first asking again.
+type Looper interface {
+	RecvLoop(pkts []Packet, handle func([]Packet)) error
+}

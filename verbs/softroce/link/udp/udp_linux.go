@@ -588,6 +588,128 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	return l.recvPlain(pkts)
 }
 
+// RecvLoop implements link.Looper: it receives as Recv does and hands each
+// batch to handle, all within one wait on the socket. A receive call that
+// returns fewer messages than it asked for emptied the socket, so the loop
+// then waits for the next arrival without first making a call that could
+// only come back empty. This is safe because the runtime's poller keeps an
+// arrival signalled from then on (every datagram queued is an edge); a
+// new Recv call instead discards that signal before its first attempt,
+// which is why Recv must always try first.
+func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
+	if len(pkts) == 0 {
+		return fmt.Errorf("udp: RecvLoop with no packets: %w", unix.EINVAL)
+	}
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	l.recvMu.Lock()
+	defer l.recvMu.Unlock()
+	s := &l.rx
+	if l.gro {
+		if s.big == nil {
+			s.big = make([]byte, len(s.hs)*groSlot)
+		}
+		for { // packets a Recv call left over
+			n := l.drain(s, pkts)
+			if n == 0 {
+				break
+			}
+			handle(pkts[:n])
+		}
+	}
+	var loopErr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		for {
+			var again bool
+			if l.gro {
+				again, loopErr = l.loopGRO(fd, s, pkts, handle)
+			} else {
+				again, loopErr = l.loopPlain(fd, s, pkts, handle)
+			}
+			if loopErr != nil {
+				return true
+			}
+			if !again {
+				return false // wait for an arrival
+			}
+		}
+	})
+	if err == nil {
+		err = loopErr
+	}
+	return l.ioError("recv", err)
+}
+
+// loopGRO makes one receive call on a GRO link and hands what it got to
+// handle. It reports whether to call again at once (the call filled every
+// slot, or failed transiently) rather than wait for an arrival.
+func (l *Link) loopGRO(fd uintptr, s *rxScratch, pkts []link.Packet, handle func([]link.Packet)) (bool, error) {
+	cnt := len(s.hs)
+	for i := range cnt {
+		if i < s.dirty || i >= s.packed {
+			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
+		}
+	}
+	s.dirty, s.packed = 0, cnt
+	s.off, s.cnt = 0, cnt
+	if !s.do(fd, unix.SYS_RECVMMSG) {
+		return false, nil // EAGAIN
+	}
+	if s.errno != 0 {
+		s.dirty = cnt // a failed call may have written any header
+		err := recvErrno(s.errno)
+		return err == nil, err
+	}
+	s.next, s.end, s.inMsg = 0, s.n, false
+	s.dirty = s.n
+	for {
+		n := l.drain(s, pkts)
+		if n == 0 {
+			break
+		}
+		handle(pkts[:n])
+	}
+	return s.n == cnt, nil
+}
+
+// loopPlain is loopGRO for a link without GRO: datagrams are received
+// into the Buf slices of pkts.
+func (l *Link) loopPlain(fd uintptr, s *rxScratch, pkts []link.Packet, handle func([]link.Packet)) (bool, error) {
+	want := min(len(pkts), len(s.hs))
+	for i := range want {
+		buf := pkts[i].Buf
+		l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
+	}
+	s.off, s.cnt = 0, want
+	done := s.do(fd, unix.SYS_RECVMMSG)
+	for i := range want {
+		s.iov[i].Base = nil // do not retain the caller's buffers
+	}
+	if !done {
+		return false, nil
+	}
+	if s.errno != 0 {
+		err := recvErrno(s.errno)
+		return err == nil, err
+	}
+	if n := l.unpackRecv(s, pkts); n > 0 {
+		handle(pkts[:n])
+	}
+	return s.n == want, nil
+}
+
+// recvErrno sorts the error of a receive call: fatal ones are returned;
+// the others (errors stashed by the kernel, such as ICMP errors, or a
+// transient memory shortage) mean only that nothing was received.
+func recvErrno(e unix.Errno) error {
+	switch e {
+	case unix.EBADF, unix.EFAULT, unix.EINVAL, unix.ENOTSOCK:
+		return e
+	}
+	return nil
+}
+
 // recvCall issues recvmmsg for s.hs[:cnt]. It reports whether anything was
 // received, or an error if the link is closed or failed.
 func (l *Link) recvCall(s *rxScratch, cnt int) (bool, error) {
@@ -595,14 +717,12 @@ func (l *Link) recvCall(s *rxScratch, cnt int) (bool, error) {
 	if err := l.rc.Read(l.recvF); err != nil {
 		return false, l.ioError("recv", err)
 	}
-	switch s.errno {
-	case 0:
+	if s.errno == 0 {
 		return true, nil
-	case unix.EBADF, unix.EFAULT, unix.EINVAL, unix.ENOTSOCK:
-		return false, l.ioError("recv", s.errno)
 	}
-	// Errors stashed by the kernel (such as ICMP errors) or transient
-	// memory shortage: nothing was received.
+	if err := recvErrno(s.errno); err != nil {
+		return false, l.ioError("recv", err)
+	}
 	return false, nil
 }
 
