@@ -220,9 +220,13 @@ func (s *serverRun) finished() (Done, bool) {
 }
 
 // wait waits for cq to hold a completion. It returns nil early when Done
-// arrives; after Done it waits at most the grace period.
+// arrives; after Done it waits at most the grace period, and not at all
+// if have already reaches Done's count.
 func (s *serverRun) wait(cq verbs.CQ, have uint64) error {
 	if d, ok := s.finished(); ok {
+		if have >= d.Msgs {
+			return nil // Done arrived after the caller's check
+		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.grace)
 		defer cancel()
 		if err := cq.Wait(ctx); err != nil {

@@ -147,7 +147,7 @@ func TestDurationEndsWhenIdle(t *testing.T) {
 	for _, test := range []Test{TestWriteBW, TestSendBW, TestReadBW} {
 		for round := range 10 {
 			c := Config{Test: test, Size: 64, Duration: time.Duration(round+1) * time.Millisecond,
-				TxDepth: 1, CQMod: 1, Timeout: 2 * time.Second}
+				TxDepth: 1, CQMod: 1, Timeout: 5 * time.Second}
 			r, err := Run(ctx, conn, c)
 			if err != nil {
 				t.Fatalf("%v, %v: %v", test, c.Duration, err)
