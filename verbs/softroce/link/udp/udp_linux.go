@@ -610,13 +610,7 @@ func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
 		if s.big == nil {
 			s.big = make([]byte, len(s.hs)*groSlot)
 		}
-		for { // packets a Recv call left over
-			n := l.drain(s, pkts)
-			if n == 0 {
-				break
-			}
-			handle(pkts[:n])
-		}
+		l.handOut(s, pkts, handle) // packets a Recv call left over
 	}
 	var loopErr error
 	err := l.rc.Read(func(fd uintptr) bool {
@@ -646,46 +640,40 @@ func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
 // slot, or failed transiently) rather than wait for an arrival.
 func (l *Link) loopGRO(fd uintptr, s *rxScratch, pkts []link.Packet, handle func([]link.Packet)) (bool, error) {
 	cnt := len(s.hs)
-	for i := range cnt {
-		if i < s.dirty || i >= s.packed {
-			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
-		}
-	}
-	s.dirty, s.packed = 0, cnt
+	l.describeGRO(s, cnt)
 	s.off, s.cnt = 0, cnt
 	if !s.do(fd, unix.SYS_RECVMMSG) {
 		return false, nil // EAGAIN
 	}
+	s.receivedGRO(cnt)
 	if s.errno != 0 {
-		s.dirty = cnt // a failed call may have written any header
 		err := recvErrno(s.errno)
 		return err == nil, err
 	}
-	s.next, s.end, s.inMsg = 0, s.n, false
-	s.dirty = s.n
+	l.handOut(s, pkts, handle)
+	return s.n == cnt, nil
+}
+
+// handOut hands every packet of the messages received to handle, in
+// batches of up to len(pkts).
+func (l *Link) handOut(s *rxScratch, pkts []link.Packet, handle func([]link.Packet)) {
 	for {
 		n := l.drain(s, pkts)
 		if n == 0 {
-			break
+			return
 		}
 		handle(pkts[:n])
 	}
-	return s.n == cnt, nil
 }
 
 // loopPlain is loopGRO for a link without GRO: datagrams are received
 // into the Buf slices of pkts.
 func (l *Link) loopPlain(fd uintptr, s *rxScratch, pkts []link.Packet, handle func([]link.Packet)) (bool, error) {
 	want := min(len(pkts), len(s.hs))
-	for i := range want {
-		buf := pkts[i].Buf
-		l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
-	}
+	l.describePlain(s, pkts[:want])
 	s.off, s.cnt = 0, want
 	done := s.do(fd, unix.SYS_RECVMMSG)
-	for i := range want {
-		s.iov[i].Base = nil // do not retain the caller's buffers
-	}
+	s.forgetPlain(want)
 	if !done {
 		return false, nil
 	}
@@ -730,14 +718,9 @@ func (l *Link) recvPlain(pkts []link.Packet) (int, error) {
 	s := &l.rx
 	want := min(len(pkts), len(s.hs))
 	for {
-		for i := range want {
-			buf := pkts[i].Buf
-			l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
-		}
+		l.describePlain(s, pkts[:want])
 		ok, err := l.recvCall(s, want)
-		for i := range want {
-			s.iov[i].Base = nil // do not retain the caller's buffers
-		}
+		s.forgetPlain(want)
 		if err != nil {
 			return 0, err
 		}
@@ -771,22 +754,52 @@ func (l *Link) recvGRO(pkts []link.Packet) (int, error) {
 		// Nothing is pending (drain returns 0 only once s.next ==
 		// s.end, pkts being non-empty), so every slot may be reused.
 		cnt := min(len(pkts), len(s.hs))
-		for i := range cnt {
-			if i < s.dirty || i >= s.packed {
-				l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
-			}
-		}
-		s.dirty, s.packed = 0, max(s.packed, cnt)
-		ok, err := l.recvCall(s, cnt)
+		l.describeGRO(s, cnt)
+		_, err := l.recvCall(s, cnt)
 		if err != nil {
 			return 0, err
 		}
-		if ok {
-			s.next, s.end, s.inMsg = 0, s.n, false
-			s.dirty = s.n
-		} else {
-			s.dirty = cnt // a failed call may have written any header
+		s.receivedGRO(cnt)
+	}
+}
+
+// describeGRO describes GRO slots [0, cnt) for recvmmsg: those the last
+// call may have rewritten, and those never described.
+func (l *Link) describeGRO(s *rxScratch, cnt int) {
+	for i := range cnt {
+		if i < s.dirty || i >= s.packed {
+			l.packRecv(s, i, &s.big[i*groSlot], groSlot, s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
 		}
+	}
+	s.dirty, s.packed = 0, max(s.packed, cnt)
+}
+
+// receivedGRO records the outcome of a recvmmsg over cnt GRO slots: the
+// messages received are pending for drain, and the slots the call wrote
+// need describing again.
+func (s *rxScratch) receivedGRO(cnt int) {
+	if s.errno != 0 {
+		s.dirty = cnt // a failed call may have written any header
+		return
+	}
+	s.next, s.end, s.inMsg = 0, s.n, false
+	s.dirty = s.n
+}
+
+// describePlain describes the Buf slices of pkts as the receive slots of
+// a link without GRO.
+func (l *Link) describePlain(s *rxScratch, pkts []link.Packet) {
+	for i := range pkts {
+		buf := pkts[i].Buf
+		l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
+	}
+}
+
+// forgetPlain drops the references to the caller's buffers that
+// describePlain put into the first n slots.
+func (s *rxScratch) forgetPlain(n int) {
+	for i := range n {
+		s.iov[i].Base = nil
 	}
 }
 
