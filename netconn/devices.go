@@ -165,3 +165,18 @@ func (d *sharedDevice) transport() string {
 // packet and a wake-up of the peer per message. It is well below any ACK
 // timeout, and Close sends an ACK still held.
 const streamAckDelay = 200 * time.Microsecond
+
+// Counters returns the sum of the statistics of every RDMA device the
+// process has open now (devices closed after their last connection are
+// not counted).
+func Counters() verbs.Counters {
+	registry.Lock()
+	defer registry.Unlock()
+	var c verbs.Counters
+	for _, devs := range registry.devs {
+		for _, d := range devs {
+			c.Add(d.dev.Counters())
+		}
+	}
+	return c
+}

@@ -93,7 +93,7 @@ type QP interface {
 type Counters struct {
 	SentPackets      uint64 // packets handed to the link
 	RecvPackets      uint64 // packets received from the link
-	Retransmits      uint64 // request packets sent again (go-back-N)
+	Retransmits      uint64 // request packets sent again (go-back-N or selective)
 	Timeouts         uint64 // local ACK timeouts
 	SeqNAKsSent      uint64 // PSN sequence NAKs sent (out_of_seq_request)
 	SeqNAKsRecv      uint64 // PSN sequence NAKs received (rcvd_seq_err)
@@ -109,4 +109,30 @@ type Counters struct {
 	RetryExceeded    uint64 // retry_exceeded_err
 	RNRRetryExceeded uint64 // retry_rnr_exceeded_err
 	CQOverruns       uint64 // completions lost to a full CQ
+	SendErrors       uint64 // packets the link failed to send (EMSGSIZE, ENETUNREACH, …)
+	OutOfOrder       uint64 // request packets placed ahead of a gap (selective repeat)
+}
+
+// Add adds o's counts to c.
+func (c *Counters) Add(o Counters) {
+	c.SentPackets += o.SentPackets
+	c.RecvPackets += o.RecvPackets
+	c.Retransmits += o.Retransmits
+	c.Timeouts += o.Timeouts
+	c.SeqNAKsSent += o.SeqNAKsSent
+	c.SeqNAKsRecv += o.SeqNAKsRecv
+	c.RNRNAKsSent += o.RNRNAKsSent
+	c.RNRNAKsRecv += o.RNRNAKsRecv
+	c.ICRCErrors += o.ICRCErrors
+	c.ICRCUnverified += o.ICRCUnverified
+	c.Duplicates += o.Duplicates
+	c.AccessErrors += o.AccessErrors
+	c.Malformed += o.Malformed
+	c.UnknownQP += o.UnknownQP
+	c.WrongPeer += o.WrongPeer
+	c.RetryExceeded += o.RetryExceeded
+	c.RNRRetryExceeded += o.RNRRetryExceeded
+	c.CQOverruns += o.CQOverruns
+	c.SendErrors += o.SendErrors
+	c.OutOfOrder += o.OutOfOrder
 }

@@ -28,6 +28,8 @@ const (
 	cRetryExceeded
 	cRNRRetryExceeded
 	cCQOverruns
+	cSendErrors
+	cOutOfOrder
 	numCounters
 )
 
@@ -56,5 +58,7 @@ func (c *counters) snapshot() verbs.Counters {
 		RetryExceeded:    c[cRetryExceeded].Load(),
 		RNRRetryExceeded: c[cRNRRetryExceeded].Load(),
 		CQOverruns:       c[cCQOverruns].Load(),
+		SendErrors:       c[cSendErrors].Load(),
+		OutOfOrder:       c[cOutOfOrder].Load(),
 	}
 }
