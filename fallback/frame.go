@@ -67,6 +67,10 @@ const Version = 1
 const (
 	// CapStream means the sender can run one rsock byte stream over one RC QP.
 	CapStream uint32 = 1 << 0
+	// CapSelectiveRepeat means the sender's queue pair places packets that
+	// arrive past a gap and recovers losses selectively (selective NAKs);
+	// both sides must send it for the connection to use it.
+	CapSelectiveRepeat uint32 = 1 << 1
 )
 
 // Limits of the wire format.

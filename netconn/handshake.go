@@ -7,9 +7,13 @@ import (
 
 // helloFor describes a local endpoint to the peer.
 func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
+	caps := fallback.CapStream
+	if p.SelectiveRepeat {
+		caps |= fallback.CapSelectiveRepeat
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
-		Capabilities: fallback.CapStream,
+		Capabilities: caps,
 		Provider:     d.dev.Provider(),
 		Link:         d.dev.Link(),
 		GID:          p.GID,
@@ -27,15 +31,16 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 // paramsOf reads the peer's endpoint out of its Hello.
 func paramsOf(h *fallback.Hello) rsock.Params {
 	return rsock.Params{
-		GID:       h.GID,
-		UDPPort:   h.UDPPort,
-		QPN:       h.QPN,
-		PSN:       h.PSN,
-		MTU:       int(h.MTU),
-		RingAddr:  h.RingAddr,
-		RingRKey:  h.RingRKey,
-		RingSize:  int(h.RingSize),
-		RecvDepth: int(h.RecvDepth),
+		GID:             h.GID,
+		UDPPort:         h.UDPPort,
+		QPN:             h.QPN,
+		PSN:             h.PSN,
+		MTU:             int(h.MTU),
+		SelectiveRepeat: h.Capabilities&fallback.CapSelectiveRepeat != 0,
+		RingAddr:        h.RingAddr,
+		RingRKey:        h.RingRKey,
+		RingSize:        int(h.RingSize),
+		RecvDepth:       int(h.RecvDepth),
 	}
 }
 

@@ -36,7 +36,13 @@ func (s *Stream) drive() {
 func (s *Stream) complete(wc *verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status != verbs.WCWRFlushErr || s.err == nil {
-			s.fail(fmt.Errorf("rsock: %v %v: %w", wc.Opcode, wc.Status, errConnLost))
+			err := fmt.Errorf("rsock: %v %v: %w", wc.Opcode, wc.Status, errConnLost)
+			if c, ok := s.e.qp.(verbs.Causer); ok {
+				if cause := c.Cause(); cause != nil {
+					err = fmt.Errorf("rsock: %v %v: %w: %w", wc.Opcode, wc.Status, cause, errConnLost)
+				}
+			}
+			s.fail(err)
 		}
 		return
 	}

@@ -45,6 +45,13 @@ type Config struct {
 	// retry count. Defaults DefaultAckTimeout and 7.
 	AckTimeout uint8
 	RetryCount uint8
+	// MaxMTU caps the path MTU the endpoint advertises, in bytes of RoCE
+	// payload (256 to 4096, rounded down to one of them); 0 means the
+	// device's active MTU. netconn sets it from the route to the peer.
+	MaxMTU int
+	// GoBackN turns selective repeat off even where both sides support
+	// it (for comparison; go-back-N is what RNICs and rxe speak).
+	GoBackN bool
 }
 
 func (c *Config) setDefaults() error {
@@ -72,6 +79,9 @@ func (c *Config) setDefaults() error {
 	if c.RetryCount == 0 {
 		c.RetryCount = 7
 	}
+	if c.MaxMTU != 0 && (c.MaxMTU < 256 || c.MaxMTU > 1<<20) {
+		return fmt.Errorf("rsock: MaxMTU %d not in [256, 1 MiB]", c.MaxMTU)
+	}
 	if c.AckTimeout > 31 || c.RetryCount > 7 {
 		return fmt.Errorf("rsock: ACK timeout %d or retry count %d out of range", c.AckTimeout, c.RetryCount)
 	}
@@ -81,15 +91,18 @@ func (c *Config) setDefaults() error {
 // Params is what one side tells the other to connect: its queue pair and
 // its receive ring.
 type Params struct {
-	GID       verbs.GID
-	UDPPort   uint16 // soft-RoCE link port; 0 means 4791
-	QPN       uint32
-	PSN       uint32
-	MTU       int // path MTU in bytes
-	RingAddr  uint64
-	RingRKey  uint32
-	RingSize  int
-	RecvDepth int
+	GID     verbs.GID
+	UDPPort uint16 // soft-RoCE link port; 0 means 4791
+	QPN     uint32
+	PSN     uint32
+	MTU     int // path MTU in bytes
+	// SelectiveRepeat says the endpoint's QP can use selective repeat
+	// (verbs.SelectiveRepeater); the stream uses it when both sides can.
+	SelectiveRepeat bool
+	RingAddr        uint64
+	RingRKey        uint32
+	RingSize        int
+	RecvDepth       int
 }
 
 // Validate checks a peer's parameters before they are used.

@@ -82,6 +82,11 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		return nil, err
 	}
 	mtu := verbs.MTUFromBytes(min(peer.MTU, e.params.MTU))
+	if peer.SelectiveRepeat && e.params.SelectiveRepeat {
+		if err := e.qp.(verbs.SelectiveRepeater).SetSelectiveRepeat(true); err != nil {
+			return nil, err
+		}
+	}
 	err := e.qp.Modify(&verbs.QPAttr{
 		State:           verbs.QPSRTR,
 		AH:              verbs.AH{DGID: peer.GID, DPort: peer.UDPPort, HopLimit: 64},

@@ -136,3 +136,19 @@ func (c *Counters) Add(o Counters) {
 	c.SendErrors += o.SendErrors
 	c.OutOfOrder += o.OutOfOrder
 }
+
+// SelectiveRepeater is implemented by QPs that can recover losses
+// selectively instead of with the IBTA's go-back-N: the responder places
+// packets that arrive past a gap and says which PSNs it holds, and the
+// requester resends only what is missing. Both ends must enable it, before
+// the QP reaches RTS; it is not part of RoCEv2, so peers negotiate it.
+type SelectiveRepeater interface {
+	SetSelectiveRepeat(on bool) error
+}
+
+// Causer is implemented by QPs that can say why they moved to the error
+// state when the completion status alone does not (for example the link
+// error behind a local length error). Cause returns nil otherwise.
+type Causer interface {
+	Cause() error
+}

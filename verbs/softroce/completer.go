@@ -20,6 +20,7 @@ type completerState struct {
 
 	win sendWindow   // congestion window
 	rtt rttEstimator // round-trip measurements for the ACK timeout
+	sb  *scoreboard  // selective repeat's view of the peer; nil for go-back-N
 
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to
@@ -50,12 +51,15 @@ func (q *QP) complete(pkt *wire.Packet) {
 	switch {
 	case op == wire.RCAcknowledge:
 		q.onAETH(psn, pkt.AETH.Syndrome())
+	case op == wire.RCSelectiveNAK:
+		q.onSelectiveNAK(psn, pkt)
 	case op == wire.RCAtomicAcknowledge:
 		q.onAtomicAck(psn, pkt)
 	case op.Flags().Has(wire.FlagRead | wire.FlagResponse):
 		q.onReadResponse(psn, op, pkt)
 	}
 	if q.attr.State == verbs.QPSRTS {
+		q.repair()
 		q.runRequester()
 	}
 }
@@ -126,6 +130,9 @@ func (q *QP) goBack(psn uint32) {
 // retires the requests that are finished.
 func (q *QP) ackUpTo(psn uint32) {
 	if d := psnDiff(psn, q.comp.ackedPSN); d > 0 && psnDiff(psn, q.req.highPSN) < 0 {
+		if sb := q.comp.sb; sb != nil {
+			sb.acked(q.comp.ackedPSN, psn)
+		}
 		q.comp.win.onAck(int(d))
 		q.comp.rtt.acked(psn, nanotime())
 		q.comp.ackedPSN = psn

@@ -232,12 +232,18 @@ func (d *Device) lookupQP(qpn uint32) *QP {
 	return q
 }
 
-// send hands packets to the link and counts them.
-func (d *Device) send(pkts []link.Packet) {
+// send hands packets to the link and counts them. A link error is
+// counted and returned: the link dropped at least one of the packets.
+func (d *Device) send(pkts []link.Packet) error {
 	if len(pkts) == 0 {
-		return
+		return nil
 	}
-	if err := d.link.Send(pkts); err == nil {
+	err := d.link.Send(pkts)
+	switch {
+	case err == nil:
 		d.stats.add(cSentPackets, uint64(len(pkts)))
+	case !errors.Is(err, link.ErrClosed):
+		d.stats.add(cSendErrors, 1)
 	}
+	return err
 }

@@ -14,14 +14,69 @@ import (
 
 // TestLossyLink moves 100 MiB of RDMA WRITEs and SENDs over a pipe that
 // loses, duplicates and reorders 5% of packets each, and checks every byte
-// and every completion.
+// and every completion, with go-back-N and with selective repeat.
 func TestLossyLink(t *testing.T) {
+	for _, selective := range []bool{false, true} {
+		t.Run(map[bool]string{false: "go-back-N", true: "selective"}[selective], func(t *testing.T) {
+			lossyTransfer(t, selective)
+		})
+	}
+}
+
+// TestSelectiveRepeatResendsLess streams 25 MiB of 256 KiB WRITEs with
+// immediate, eight in flight, over a pipe that loses 5% of packets each
+// way: selective repeat must resend less than half of what go-back-N
+// resends, and leave the data intact.
+func TestSelectiveRepeatResendsLess(t *testing.T) {
+	var resent [2]uint64
+	for i, selective := range []bool{false, true} {
+		o := pairOpts{mtu: verbs.MTU4096, bufSize: 4 << 20, timeout: 11, sendWR: 64, recvWR: 64, selective: selective}
+		a, b := newPair(t, pipeLinks, pipe.Faults{Loss: 0.05, Seed: 7}, o)
+		r := rand.New(rand.NewPCG(9, 10))
+		const size, slots = 256 << 10, 8
+		for id := uint64(1); id <= 100; id++ {
+			off := int(id%slots) * size
+			fillRandom(r, a.buf[off:off+size])
+			b.postRecv(id, 0, 0)
+			a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.sge(off, size)},
+				RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+			if id < slots {
+				continue
+			}
+			// The oldest in flight completes at both ends; its slot is
+			// checked before it is filled again.
+			done := id - slots + 1
+			wc := expectWC(t, b.rcq, done, verbs.WCRecvRDMAWithImm, verbs.WCSuccess)
+			if wc.ByteLen != size {
+				t.Fatalf("WRITE %d completed with %d bytes, want %d", done, wc.ByteLen, size)
+			}
+			expectWC(t, a.scq, done, verbs.WCRDMAWrite, verbs.WCSuccess)
+			o := int(done%slots) * size
+			if !bytes.Equal(a.buf[o:o+size], b.buf[o:o+size]) {
+				t.Fatalf("WRITE %d: data differs", done)
+			}
+		}
+		resent[i] = a.dev.Counters().Retransmits
+		if ooo := b.dev.Counters().OutOfOrder; selective != (ooo > 0) {
+			t.Errorf("selective %v: %d packets placed out of order", selective, ooo)
+		}
+	}
+	t.Logf("packets resent: go-back-N %d, selective %d", resent[0], resent[1])
+	if resent[1] == 0 || resent[1]*2 > resent[0] {
+		t.Errorf("selective repeat resent %d packets, go-back-N %d: want fewer than half, and some", resent[1], resent[0])
+	}
+}
+
+// lossyTransfer runs TestLossyLink's transfer. Selective repeat places
+// only WRITE ONLY packets out of order; the multi-packet SENDs wait for
+// their turn.
+func lossyTransfer(t *testing.T, selective bool) {
 	total := 100 << 20
 	if testing.Short() {
 		total = 16 << 20
 	}
 	faults := pipe.Faults{Loss: 0.05, Duplicate: 0.05, Reorder: 0.05, Seed: 7}
-	o := pairOpts{mtu: verbs.MTU4096, bufSize: 4 << 20, timeout: 11, sendWR: 64, recvWR: 64}
+	o := pairOpts{mtu: verbs.MTU4096, bufSize: 4 << 20, timeout: 11, sendWR: 64, recvWR: 64, selective: selective}
 	a, b := newPair(t, pipeLinks, faults, o)
 	r := rand.New(rand.NewPCG(3, 4))
 
@@ -89,6 +144,12 @@ func TestLossyLink(t *testing.T) {
 	if ca.Retransmits == 0 || cb.Duplicates == 0 || cb.SeqNAKsSent == 0 {
 		t.Errorf("faults did not exercise recovery: retransmits %d, duplicates %d, seq NAKs %d", ca.Retransmits, cb.Duplicates, cb.SeqNAKsSent)
 	}
+	if selective && cb.OutOfOrder == 0 {
+		t.Errorf("selective repeat placed nothing out of order")
+	}
+	if !selective && cb.OutOfOrder != 0 {
+		t.Errorf("go-back-N placed %d packets out of order", cb.OutOfOrder)
+	}
 }
 
 func waitOpcode(id uint64) verbs.WCOpcode {
@@ -98,10 +159,19 @@ func waitOpcode(id uint64) verbs.WCOpcode {
 	return verbs.WCRDMAWrite
 }
 
-// TestLossyReads checks multi-packet READs and atomics under loss.
+// TestLossyReads checks multi-packet READs and atomics under loss, with
+// go-back-N and with selective repeat.
 func TestLossyReads(t *testing.T) {
+	for _, selective := range []bool{false, true} {
+		t.Run(map[bool]string{false: "go-back-N", true: "selective"}[selective], func(t *testing.T) {
+			lossyReads(t, selective)
+		})
+	}
+}
+
+func lossyReads(t *testing.T, selective bool) {
 	faults := pipe.Faults{Loss: 0.05, Duplicate: 0.05, Reorder: 0.05, Seed: 11}
-	o := pairOpts{mtu: verbs.MTU1024, bufSize: 2 << 20, timeout: 11}
+	o := pairOpts{mtu: verbs.MTU1024, bufSize: 2 << 20, timeout: 11, selective: selective}
 	a, b := newPair(t, pipeLinks, faults, o)
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := uint64(1); i <= 40; i++ {

@@ -73,6 +73,7 @@ type pairOpts struct {
 	ackDelay    time.Duration
 	sendWR      uint32
 	recvWR      uint32
+	selective   bool // selective repeat on both QPs
 }
 
 func (o *pairOpts) defaults() {
@@ -152,6 +153,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 		me, peer := p[0], p[1]
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: o.access},
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+		must(t, me.qp.SetSelectiveRepeat(o.selective))
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 			AH:      verbs.AH{DGID: verbs.GIDFromAddr(pa.Addr()), DPort: pa.Port()},

@@ -1,10 +1,12 @@
 package softroce
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -77,11 +79,14 @@ type QP struct {
 	state atomic.Uint32 // mirror of attr.State for lock-free State()
 	stats counters
 
-	mu     sync.Mutex
-	closed bool
-	attr   verbs.QPAttr
-	peer   netip.AddrPort
-	mtu    uint32
+	mu        sync.Mutex
+	closed    bool
+	attr      verbs.QPAttr
+	peer      netip.AddrPort
+	mtu       uint32
+	selective bool  // selective repeat negotiated (SetSelectiveRepeat)
+	sendErr   error // the last error of the link's Send for this QP
+	cause     error // why the QP went to ERR, when the reason is local
 
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
@@ -296,6 +301,10 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			q.req = requesterState{nextPSN: a.SQPSN, highPSN: a.SQPSN}
 			q.comp = completerState{ackedPSN: psnAdd(a.SQPSN, wire.PSNMask), retryLeft: a.RetryCnt, rnrLeft: a.RNRRetry,
 				win: newSendWindow(q.dev.maxInflight, a.SQPSN)}
+			if q.selective {
+				q.comp.sb = newScoreboard(sackWindow)
+				q.comp.win = newSendWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
+			}
 		}
 	case verbs.QPSErr:
 		q.setState(verbs.QPSErr)
@@ -409,11 +418,40 @@ func (q *QP) transmit() {
 		q.txq[len(q.txq)-1] = nil
 		q.txq = q.txq[:len(q.txq)-1]
 		q.mu.Unlock()
-		q.dev.send(b.pkts[:b.n])
+		err := q.dev.send(b.pkts[:b.n])
 		q.dev.txPool.Put(b)
 		q.mu.Lock()
+		if err != nil {
+			q.onSendError(err)
+		}
 	}
 	q.txSending = false
+}
+
+// onSendError handles a failure of the link to send some of the QP's
+// packets. A packet too large for the path (EMSGSIZE: the interface's MTU
+// shrank below the QP's path MTU) will never pass, so the QP fails with
+// that cause; any other failure is taken as a loss, which the QP's
+// retries recover, and is kept as the cause if they run out.
+func (q *QP) onSendError(err error) {
+	if errors.Is(err, link.ErrClosed) {
+		return
+	}
+	q.stats.add(cSendErrors, 1)
+	q.sendErr = err
+	if errors.Is(err, syscall.EMSGSIZE) && q.attr.State == verbs.QPSRTS {
+		q.cause = fmt.Errorf("softroce: the path MTU fell below the QP's %d-byte MTU: %w", q.mtu, err)
+		q.fail(q.sqHead, verbs.WCLocLenErr)
+	}
+}
+
+// Cause returns why the QP moved to the error state when the reason is
+// local and more specific than the completion status says (a link error),
+// or nil.
+func (q *QP) Cause() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.cause
 }
 
 // dropTx discards packets built or queued and not yet sent.
@@ -440,6 +478,7 @@ func (q *QP) reset() {
 	q.attr.State = keep
 	q.peer = netip.AddrPort{}
 	q.mtu = 0
+	q.sendErr, q.cause = nil, nil
 }
 
 // PostSend queues send work requests.

@@ -131,8 +131,9 @@ func (rx *receiver) packet() *link.Packet {
 // unget returns the last buffer from packet unused.
 func (rx *receiver) unget() { rx.outN-- }
 
-// flush sends the responses built so far.
+// flush sends the responses built so far. A link error is counted by
+// send: a lost response is recovered by the requester's retries.
 func (rx *receiver) flush() {
-	rx.d.send(rx.out[:rx.outN])
+	_ = rx.d.send(rx.out[:rx.outN])
 	rx.outN = 0
 }

@@ -21,6 +21,25 @@ func (q *QP) inflight() int {
 	return int(psnDiff(q.req.nextPSN, psnAdd(q.comp.ackedPSN, 1)))
 }
 
+// pipe is the number of PSNs in flight for the congestion window: those
+// sent and not acknowledged, less those known to have arrived past a gap
+// (selective repeat).
+func (q *QP) pipe() int {
+	if sb := q.comp.sb; sb != nil {
+		return q.inflight() - sb.sacked
+	}
+	return q.inflight()
+}
+
+// windowFull reports whether the congestion window, or with selective
+// repeat the span of PSNs the peer can track, holds back new packets.
+func (q *QP) windowFull() bool {
+	if q.pipe() >= q.comp.win.cwnd {
+		return true
+	}
+	return q.comp.sb != nil && q.inflight() >= sackWindow-1
+}
+
 // runRequester transmits queued requests while the window allows. The
 // caller holds q.mu.
 func (q *QP) runRequester() {
@@ -77,10 +96,10 @@ func (q *QP) startWQE(w *sendWQE) bool {
 	if w.isRdAtomic() && q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 		return false
 	}
-	if n := q.inflight(); n > 0 && w.isRdAtomic() && n+int(w.npkts) > q.comp.win.cwnd {
+	if n := q.pipe(); n > 0 && w.isRdAtomic() && n+int(w.npkts) > q.comp.win.cwnd {
 		return false
 	}
-	if q.inflight() >= q.comp.win.cwnd {
+	if q.windowFull() {
 		return false
 	}
 	w.started = true
@@ -104,55 +123,23 @@ func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
 	}
 	mtu := uint64(q.mtu)
 	for {
-		if q.inflight() >= q.comp.win.cwnd {
+		if q.windowFull() {
 			return false
 		}
 		off := q.req.curOff
 		n := min(w.length-off, mtu)
-		first, last := off == 0, off+n == w.length
-		op := dataOpcode(w.opcode, first, last)
-		fl := op.Flags()
-		p := q.txPacket()
-		hlen := op.HeaderLen()
-		pad := wire.PadFor(int(n))
-		total := hlen + int(n) + pad
-		b := p.Buf[:total]
+		last := off+n == w.length
 		psn := q.req.nextPSN
 		q.req.sinceAck++
-		ackReq := last || q.req.sinceAck >= ackReqPeriod || q.inflight()+1 >= q.comp.win.cwnd
+		ackReq := last || q.req.sinceAck >= ackReqPeriod || q.pipe()+1 >= q.comp.win.cwnd
 		if ackReq {
 			q.req.sinceAck = 0
 		}
-		wire.BTH(b).Encode(&wire.BTHFields{
-			Opcode:    op,
-			Solicited: last && w.flags&verbs.SendSolicited != 0,
-			MigReq:    true,
-			PadCount:  uint8(pad),
-			PKey:      wire.DefaultPKey,
-			DestQP:    q.attr.DestQPN,
-			AckReq:    ackReq,
-			PSN:       psn,
-		})
-		h := wire.BTHLen
-		if fl.Has(wire.FlagRETH) {
-			wire.RETH(b[h:]).Encode(w.raddr, w.rkey, uint32(w.length))
-			h += wire.RETHLen
-		}
-		if fl.Has(wire.FlagImm) {
-			wire.ImmDt(b[h:]).Set(w.imm)
-			h += wire.ImmDtLen
-		}
-		payload := b[h : h+int(n)]
-		if w.flags&verbs.SendInline != 0 {
-			copy(payload, w.inline[off:off+n])
-		} else if !q.dev.gather(q.pd, w.sgl, off, payload) {
+		if !q.buildData(q.txPacket(), w, psn, off, ackReq) {
 			q.txN--
 			q.fail(idx, verbs.WCLocProtErr)
 			return false
 		}
-		clear(b[h+int(n):])
-		p.N = total
-		p.Addr = q.peer
 		q.notePSNSent(psn)
 		q.req.nextPSN = psnAdd(psn, 1)
 		q.req.curOff = off + n
@@ -164,6 +151,68 @@ func (q *QP) emitWQE(idx uint32, w *sendWQE) bool {
 	}
 }
 
+// buildData fills p with the packet of a SEND or RDMA WRITE request w
+// that carries its bytes from off (at most one MTU) as PSN psn. It
+// reports false if the request's local memory cannot be read.
+//
+// With selective repeat every WRITE packet can be placed on its own: each
+// goes as an RDMA WRITE ONLY whose RETH names its own part, and the last
+// packet of a WRITE with immediate as a WRITE ONLY with immediate whose
+// RETH names the whole message, its payload being the message's tail, so
+// that the receive completion reports the whole length.
+func (q *QP) buildData(p *link.Packet, w *sendWQE, psn uint32, off uint64, ackReq bool) bool {
+	n := min(w.length-off, uint64(q.mtu))
+	first, last := off == 0, off+n == w.length
+	op := dataOpcode(w.opcode, first, last)
+	raddr, dmaLen := w.raddr, w.length
+	if q.comp.sb != nil && op.Flags().Has(wire.FlagWrite) && !(first && last) {
+		op = wire.RCWriteOnly
+		raddr, dmaLen = w.raddr+off, n
+		if last && w.opcode == verbs.WRRDMAWriteWithImm {
+			op = wire.RCWriteOnlyImm
+			raddr, dmaLen = w.raddr, w.length
+		}
+	}
+	fl := op.Flags()
+	hlen := op.HeaderLen()
+	pad := wire.PadFor(int(n))
+	total := hlen + int(n) + pad
+	b := p.Buf[:total]
+	wire.BTH(b).Encode(&wire.BTHFields{
+		Opcode:    op,
+		Solicited: last && w.flags&verbs.SendSolicited != 0,
+		MigReq:    true,
+		PadCount:  uint8(pad),
+		PKey:      wire.DefaultPKey,
+		DestQP:    q.attr.DestQPN,
+		AckReq:    ackReq,
+		PSN:       psn,
+	})
+	h := wire.BTHLen
+	if fl.Has(wire.FlagRETH) {
+		wire.RETH(b[h:]).Encode(raddr, w.rkey, uint32(dmaLen))
+		h += wire.RETHLen
+	}
+	if fl.Has(wire.FlagImm) {
+		wire.ImmDt(b[h:]).Set(w.imm)
+		h += wire.ImmDtLen
+	}
+	payload := b[h : h+int(n)]
+	if w.flags&verbs.SendInline != 0 {
+		copy(payload, w.inline[off:off+n])
+	} else if !q.dev.gather(q.pd, w.sgl, off, payload) {
+		return false
+	}
+	clear(b[h+int(n):])
+	p.N = total
+	p.Addr = q.peer
+	return true
+}
+
+// lastPartLen is the payload of the last packet of an n-byte message
+// (n > 0) segmented at mtu.
+func lastPartLen(n, mtu uint64) uint64 { return n - (n-1)/mtu*mtu }
+
 // emitRead asks for the next part of a READ. A READ larger than the send
 // window is asked for in window-sized parts, one at a time, so that a lost
 // response costs at most a window of responses sent again. It returns true
@@ -172,7 +221,7 @@ func (q *QP) emitRead(w *sendWQE) bool {
 	if w.readReq > w.readPkts || q.req.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 		return false // a part is outstanding, or the peer's limit is reached
 	}
-	n := min(w.npkts-w.readReq, uint32(max(q.comp.win.cwnd-q.inflight(), 1)))
+	n := min(w.npkts-w.readReq, uint32(max(q.comp.win.cwnd-q.pipe(), 1)))
 	if w.readReq < w.readHigh {
 		// Asking again: the responder may have executed the earlier
 		// request, so the repeat must end where it ended (IBA 9.7.5.1.4).
@@ -239,8 +288,14 @@ func (w *sendWQE) swapOrAdd() uint64 {
 
 // notePSNSent counts retransmissions and advances highPSN.
 func (q *QP) notePSNSent(psn uint32) {
+	if sb := q.comp.sb; sb != nil {
+		sb.sent(psn)
+	}
 	if psnDiff(psn, q.req.highPSN) < 0 {
 		q.count(cRetransmits, 1)
+		if r := &q.comp.rtt; r.timing && r.psn == psn {
+			r.discard() // Karn: no sample from a packet sent twice
+		}
 		return
 	}
 	q.req.highPSN = psnAdd(psn, 1)

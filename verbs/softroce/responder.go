@@ -19,6 +19,14 @@ type responderState struct {
 	unacked    int    // request packets accepted since the last ACK or NAK
 	ackDue     int64  // when a delayed ACK goes out (monotonic ns), 0 if none
 
+	// placed records the request packets placed past a gap (selective
+	// repeat only).
+	placed recvBitmap
+	// newest is the newest request PSN that arrived past a gap, placed or
+	// not: the requester learns from it that what it sent before is late.
+	newest    uint32
+	newestSet bool
+
 	inSend  bool   // a multi-packet SEND is in progress into the head receive WQE
 	recvOff uint64 // bytes of it placed so far
 
@@ -73,6 +81,9 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	r := &q.resp
 	psn := pkt.BTH.PSN()
 	switch d := psnDiff(psn, r.epsn); {
+	case d > 0 && q.selective:
+		q.placeAhead(pkt, rx, d)
+		return
 	case d > 0:
 		if !r.nakSent {
 			r.nakSent = true
@@ -97,6 +108,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		return
 	}
 	var ok bool
+	before := r.epsn
 	switch {
 	case fl.Has(wire.FlagSend):
 		ok = q.recvSend(pkt, rx)
@@ -109,6 +121,14 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	}
 	if !ok {
 		return
+	}
+	if !r.placed.empty() {
+		// A READ consumes several PSNs at once; a peer that placed
+		// requests inside them broke the rules, and they are forgotten.
+		for i := uint32(1); psnDiff(r.epsn, psnAdd(before, i)) > 0 && i < sackWindow; i++ {
+			r.placed.take(psnAdd(before, i))
+		}
+		q.takePlaced(rx)
 	}
 	r.nakSent = false
 	if fl.Has(wire.FlagRead) || fl.Has(wire.FlagAtomic) {
@@ -201,6 +221,15 @@ func (q *QP) recvWrite(pkt *wire.Packet, rx *receiver) bool {
 			return false
 		}
 		r.wVA, r.wRKey, r.wLeft, r.wTotal = va, rkey, n, n
+		if m := uint64(len(pkt.Payload)); q.selective && fl.Has(wire.FlagLast|wire.FlagImm) && m < n {
+			// Selective repeat: the last part of a longer WRITE with
+			// immediate, whose RETH names the whole message.
+			if m != lastPartLen(n, uint64(q.mtu)) {
+				q.respondError(rx, psn, wire.NAKInvalidRequest, verbs.WCRemInvReqErr, false)
+				return false
+			}
+			r.wVA, r.wLeft = va+n-m, m
+		}
 	}
 	n := uint64(len(pkt.Payload))
 	last := fl.Has(wire.FlagLast)
@@ -388,6 +417,11 @@ func (q *QP) sendOwedAck(rx *receiver) {
 		r.ackPending = false
 		return
 	}
+	if !r.placed.empty() {
+		r.ackPending = false
+		q.buildSelectiveNAK(rx.packet())
+		return
+	}
 	// With an ACK delay configured, light traffic (a request/response
 	// exchange) holds its ACK a little, so that one ACK covers several
 	// messages instead of costing a packet and a wake-up per message; a
@@ -472,6 +506,10 @@ func (q *QP) flushOwedAck() {
 		return
 	}
 	defer q.transmit()
+	if !r.placed.empty() {
+		q.buildSelectiveNAK(q.txPacket())
+		return
+	}
 	psn := r.ackPSN
 	q.noteAETHSent(psn)
 	q.buildAETH(q.txPacket(), psn, wire.ACKSyndrome(31))

@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -130,6 +131,9 @@ func (q *QP) onTimer() {
 			q.count(cTimeouts, 1)
 			if q.comp.retryLeft == 0 {
 				q.count(cRetryExceeded, 1)
+				if q.sendErr != nil {
+					q.cause = fmt.Errorf("softroce: no acknowledgement after %d retries; the link last failed to send: %w", q.attr.RetryCnt, q.sendErr)
+				}
 				q.fail(q.sqHead, verbs.WCRetryExcErr)
 				return
 			}
@@ -138,7 +142,12 @@ func (q *QP) onTimer() {
 			q.comp.readWait = false
 			q.comp.win.onTimeout(q.req.highPSN)
 			q.comp.rtt.discard()
-			q.retransmit(psnAdd(q.comp.ackedPSN, 1))
+			if sb := q.comp.sb; sb != nil {
+				sb.timedOut()
+				q.repair()
+			} else {
+				q.retransmit(psnAdd(q.comp.ackedPSN, 1))
+			}
 			q.armAckTimer()
 			q.runRequester()
 		}

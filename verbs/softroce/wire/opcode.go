@@ -136,6 +136,7 @@ var opTable = [256]opInfo{
 	RCFetchAdd:           {"RC_FETCH_ADD", FlagRequest | FlagAtomic | FlagAtomicETH | onlyPkt, BTHLen + AtomicETHLen},
 	RCSendLastInv:        {"RC_SEND_LAST_WITH_INVALIDATE", sendReq | FlagLast | FlagIETH, BTHLen + IETHLen},
 	RCSendOnlyInv:        {"RC_SEND_ONLY_WITH_INVALIDATE", sendReq | onlyPkt | FlagIETH, BTHLen + IETHLen},
+	RCSelectiveNAK:       {"RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, BTHLen + AETHLen},
 }
 
 // String returns the IBA name of the opcode without the "IB_OPCODE_"

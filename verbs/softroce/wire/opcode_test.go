@@ -42,6 +42,7 @@ func TestOpcodeTable(t *testing.T) {
 		{RCFetchAdd, 0x14, "RC_FETCH_ADD", FlagRequest | FlagAtomic | FlagAtomicETH | only, 40},
 		{RCSendLastInv, 0x16, "RC_SEND_LAST_WITH_INVALIDATE", send | FlagLast | FlagIETH, 16},
 		{RCSendOnlyInv, 0x17, "RC_SEND_ONLY_WITH_INVALIDATE", send | only | FlagIETH, 16},
+		{RCSelectiveNAK, 0xe0, "RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, 16},
 	}
 	valid := make(map[Opcode]bool)
 	for _, tc := range tests {
@@ -62,8 +63,8 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%s HeaderLen = %d, want %d", tc.name, got, tc.hlen)
 		}
 	}
-	if len(valid) != 23 {
-		t.Errorf("%d distinct opcodes in table, want 23", len(valid))
+	if len(valid) != 24 {
+		t.Errorf("%d distinct opcodes in table, want 24", len(valid))
 	}
 	for i := range 256 {
 		op := Opcode(i)
@@ -122,7 +123,8 @@ func TestOpcodeFlagsConsistent(t *testing.T) {
 		if f.Has(FlagRequest) && f&(FlagFirst|FlagMiddle|FlagLast) == 0 {
 			t.Errorf("%v: request without position", op)
 		}
-		wantPayload := f&(FlagSend|FlagWrite) != 0 || f.Has(FlagRead|FlagResponse)
+		// Data carries payload; so does the selective NAK, its SACK bitmap.
+		wantPayload := f&(FlagSend|FlagWrite) != 0 || f.Has(FlagRead|FlagResponse) || op == RCSelectiveNAK
 		if f.Has(FlagPayload) != wantPayload {
 			t.Errorf("%v: FlagPayload = %v, want %v", op, f.Has(FlagPayload), wantPayload)
 		}

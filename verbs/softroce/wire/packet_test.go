@@ -111,6 +111,7 @@ func TestParseAllOpcodes(t *testing.T) {
 		RCFetchAdd:          {-1, 12, -1, -1, -1, -1},
 		RCSendLastInv:       {-1, -1, -1, -1, -1, 12},
 		RCSendOnlyInv:       {-1, -1, -1, -1, -1, 12},
+		RCSelectiveNAK:      {-1, -1, 12, -1, -1, -1},
 	}
 	check := func(t *testing.T, name string, v, b []byte, off, n int) {
 		t.Helper()

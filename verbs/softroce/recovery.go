@@ -1,0 +1,129 @@
+package softroce
+
+import (
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Selective loss recovery of the requester (selective repeat only): what
+// the scoreboard says is lost is sent again, PSN by PSN, in bounded
+// bursts. Go-back-N remains for READ and atomic requests, whose responses
+// the completer tracks in order.
+
+// repairBurst bounds the packets resent for one piece of loss evidence (a
+// selective NAK, an ACK, a timeout), so that a burst of losses is not
+// answered with a burst that overflows the same queue again. Later
+// evidence resends the rest.
+const repairBurst = 32
+
+// SetSelectiveRepeat turns selective repeat on or off for the QP: the
+// peer places packets that arrive past a gap and answers with selective
+// NAKs, and the QP resends only what is missing. Both ends must agree
+// (rsock negotiates it in its handshake); toward other RoCE peers (rxe,
+// RNICs) the IBTA's go-back-N applies. It may be called in RESET, INIT or
+// RTR.
+func (q *QP) SetSelectiveRepeat(on bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.attr.State {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
+	default:
+		return verbs.ErrInvalidState
+	}
+	q.selective = on
+	return nil
+}
+
+// repair resends the packets the scoreboard reports lost, up to
+// repairBurst, and transmits them. The caller holds q.mu.
+func (q *QP) repair() {
+	sb := q.comp.sb
+	if sb == nil || q.attr.State != verbs.QPSRTS || q.req.rnrWait || q.inflight() == 0 {
+		return
+	}
+	acked := q.comp.ackedPSN
+	if !sb.any && !sb.lost(psnAdd(acked, 1)) {
+		return // no gap known, and the oldest PSN is not overdue
+	}
+	budget := repairBurst
+	for i := q.sqHead; i != q.sqTail && budget > 0; i++ {
+		w := &q.sq[i%uint32(len(q.sq))]
+		if !w.started {
+			break
+		}
+		if w.isRdAtomic() {
+			if w.done {
+				continue
+			}
+			// An unanswered READ or atomic request: ask again, and
+			// everything after it (go-back-N).
+			req := psnAdd(w.firstPSN, w.readPkts)
+			if psnDiff(req, acked) > 0 && psnDiff(req, q.req.nextPSN) < 0 && sb.lost(req) {
+				q.goBack(req)
+				return
+			}
+			continue
+		}
+		for k := uint32(0); k < w.npkts && budget > 0; k++ {
+			psn := psnAdd(w.firstPSN, k)
+			if psnDiff(psn, acked) <= 0 {
+				continue
+			}
+			if psnDiff(psn, q.req.nextPSN) >= 0 {
+				break
+			}
+			if sb.lost(psn) {
+				q.resend(i, w, psn)
+				budget--
+			}
+		}
+	}
+	if budget < repairBurst {
+		q.armAckTimer()
+		q.transmit()
+	}
+}
+
+// resend builds PSN psn of data request w (at index idx) again.
+func (q *QP) resend(idx uint32, w *sendWQE, psn uint32) {
+	off := uint64(psnDiff(psn, w.firstPSN)) * uint64(q.mtu)
+	if !q.buildData(q.txPacket(), w, psn, off, true) {
+		q.txN--
+		q.fail(idx, verbs.WCLocProtErr)
+		return
+	}
+	q.notePSNSent(psn)
+}
+
+// onSelectiveNAK handles a selective NAK: psn is the first PSN the
+// responder misses, and the SACK bitmap names what arrived after it.
+func (q *QP) onSelectiveNAK(psn uint32, pkt *wire.Packet) {
+	sb := q.comp.sb
+	if sb == nil {
+		q.count(cMalformed, 1) // never asked for
+		return
+	}
+	q.count(cSeqNAKsRecv, 1)
+	q.ackUpTo(psnAdd(psn, wire.PSNMask))
+	if q.attr.State != verbs.QPSRTS {
+		return
+	}
+	info := wire.SACKInfo(pkt.Payload)
+	if newest, ok := info.Newest(); ok && psnDiff(newest, q.comp.ackedPSN) > 0 && psnDiff(newest, q.req.nextPSN) < 0 {
+		sb.arrived(newest)
+	}
+	s := info.Bitmap()
+	for i := range s.Bits() {
+		if !s.Has(i) {
+			continue
+		}
+		p := psnAdd(psn, uint32(i+1))
+		if psnDiff(p, q.req.nextPSN) >= 0 {
+			break
+		}
+		if psnDiff(p, q.comp.ackedPSN) > 0 {
+			sb.sack(p)
+		}
+	}
+	q.comp.win.onLoss(psn, q.req.highPSN)
+}

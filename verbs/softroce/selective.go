@@ -1,0 +1,203 @@
+package softroce
+
+import "github.com/rsock-go/rsock/verbs/softroce/wire"
+
+// Selective repeat, IRN style (SIGCOMM'18), between peers that negotiated
+// it: the responder places request packets that arrive past a gap, keeps a
+// bitmap of them, and answers with selective NAKs that say which PSNs
+// arrived; the requester resends only the PSNs that are lost. Both halves
+// are pure state here; the responder and completer drive them.
+
+// sackWindow is how many PSNs past the expected one a responder tracks,
+// and so the largest send window of a selective-repeat QP.
+const sackWindow = 8 * wire.MaxSACKBytes
+
+// reorderPackets is how many later transmissions must have arrived before
+// a packet that has not is taken as lost (TCP's duplicate-ACK threshold,
+// counted as RACK does, in transmission order rather than PSN order).
+const reorderPackets = 3
+
+// recvBitmap is the responder's record of PSNs placed past the expected
+// PSN. Bits are indexed by PSN modulo sackWindow, so a set bit is
+// unambiguous while every PSN it may stand for lies in [epsn, epsn+sackWindow).
+type recvBitmap struct {
+	bits [sackWindow / 64]uint64
+	n    int // bits set
+}
+
+func (b *recvBitmap) has(psn uint32) bool {
+	i := psn % sackWindow
+	return b.bits[i/64]&(1<<(i%64)) != 0
+}
+
+// set records psn; it reports false if psn was recorded already.
+func (b *recvBitmap) set(psn uint32) bool {
+	i := psn % sackWindow
+	if b.bits[i/64]&(1<<(i%64)) != 0 {
+		return false
+	}
+	b.bits[i/64] |= 1 << (i % 64)
+	b.n++
+	return true
+}
+
+// take clears psn's bit and reports whether it was set.
+func (b *recvBitmap) take(psn uint32) bool {
+	i := psn % sackWindow
+	if b.bits[i/64]&(1<<(i%64)) == 0 {
+		return false
+	}
+	b.bits[i/64] &^= 1 << (i % 64)
+	b.n--
+	return true
+}
+
+// empty reports whether no PSN past the expected one was placed.
+func (b *recvBitmap) empty() bool { return b.n == 0 }
+
+// clear forgets every PSN.
+func (b *recvBitmap) clear() { *b = recvBitmap{} }
+
+// encode writes the SACK bitmap for epsn (bit i: epsn+1+i placed) into dst
+// and returns its length: just long enough for the highest placed PSN.
+func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
+	if b.n == 0 {
+		return 0
+	}
+	last, seen := 0, 0
+	for i := 0; i < sackWindow-1 && seen < b.n; i++ {
+		if b.has(psnAdd(epsn, uint32(i+1))) {
+			last = i
+			seen++
+		}
+	}
+	n := wire.SACKLen(last + 1)
+	s := wire.SACK(dst[:n])
+	clear(s)
+	for i := 0; i <= last; i++ {
+		if b.has(psnAdd(epsn, uint32(i+1))) {
+			s.Set(i)
+		}
+	}
+	return n
+}
+
+// scoreboard is the requester's view of which PSNs past the cumulative
+// ACK the responder holds, and of when each PSN was last transmitted, in
+// a count of transmissions. A PSN is lost once a packet transmitted at
+// least reorderPackets transmissions after it has arrived: that rule
+// finds first losses and lost retransmissions alike, and tolerates
+// reordering shorter than reorderPackets. Its ring covers size PSNs, at
+// least the QP's largest send window.
+type scoreboard struct {
+	seq    []uint32 // by PSN modulo len: transmission count when last sent
+	bits   []uint64 // by PSN modulo len: arrived past the cumulative ACK
+	txSeq  uint32   // transmissions so far (modular)
+	rack   uint32   // the latest transmission known to have arrived
+	sacked int      // PSNs past the cumulative ACK that arrived
+	high   uint32   // one past the highest PSN selectively acknowledged
+	any    bool     // high is set
+}
+
+// newScoreboard covers size PSNs, a power of two no larger than sackWindow.
+func newScoreboard(size int) *scoreboard {
+	return &scoreboard{seq: make([]uint32, size), bits: make([]uint64, (size+63)/64)}
+}
+
+func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
+
+func (s *scoreboard) isSacked(psn uint32) bool {
+	i := s.index(psn)
+	return s.bits[i/64]&(1<<(i%64)) != 0
+}
+
+func (s *scoreboard) setSacked(psn uint32, on bool) {
+	i := s.index(psn)
+	was := s.bits[i/64]&(1<<(i%64)) != 0
+	switch {
+	case on && !was:
+		s.bits[i/64] |= 1 << (i % 64)
+		s.sacked++
+	case !on && was:
+		s.bits[i/64] &^= 1 << (i % 64)
+		s.sacked--
+	}
+}
+
+// later reports whether transmission a came after transmission b.
+func later(a, b uint32) bool { return int32(a-b) > 0 }
+
+// arrived records that psn arrived, placed or not. One that arrived and
+// was not placed (the responder places past a gap only what can be placed
+// on its own) must be sent again, and so must everything unplaced that
+// was sent before it: waiting for later arrivals to prove it lost could
+// wait for a timeout when the window holds the later packets back.
+func (s *scoreboard) arrived(psn uint32) {
+	if s.isSacked(psn) {
+		s.noteArrived(psn)
+		return
+	}
+	if r := s.seq[s.index(psn)] + reorderPackets; later(r, s.rack) {
+		s.rack = r
+	}
+}
+
+func (s *scoreboard) noteArrived(psn uint32) {
+	if q := s.seq[s.index(psn)]; later(q, s.rack) {
+		s.rack = q
+	}
+}
+
+// sent records a transmission of psn, new or repeated.
+func (s *scoreboard) sent(psn uint32) {
+	s.setSacked(psn, false)
+	s.txSeq++
+	s.seq[s.index(psn)] = s.txSeq
+}
+
+// sack records that psn arrived past a gap.
+func (s *scoreboard) sack(psn uint32) {
+	if s.isSacked(psn) {
+		return
+	}
+	s.setSacked(psn, true)
+	s.noteArrived(psn)
+	if !s.any || psnDiff(psn, s.high) >= 0 {
+		s.high, s.any = psnAdd(psn, 1), true
+	}
+}
+
+// acked records a cumulative ACK moving from the PSN after from up to and
+// including to: those PSNs arrived, and leave the scoreboard.
+func (s *scoreboard) acked(from, to uint32) {
+	n := psnDiff(to, from)
+	if n <= 0 {
+		return
+	}
+	if size := int32(len(s.seq)); n > size {
+		from, n = psnAdd(to, uint32(-size)&wire.PSNMask), size
+	}
+	for i := int32(1); i <= n; i++ {
+		psn := psnAdd(from, uint32(i))
+		s.noteArrived(psn)
+		s.setSacked(psn, false)
+	}
+	if s.any && psnDiff(psnAdd(to, 1), s.high) >= 0 {
+		s.any = false
+	}
+}
+
+// lost reports whether psn, sent and not acknowledged, is to be resent.
+func (s *scoreboard) lost(psn uint32) bool {
+	return !s.isSacked(psn) && int32(s.rack-s.seq[s.index(psn)]) >= reorderPackets
+}
+
+// timedOut makes every PSN sent so far and not known to have arrived
+// count as lost: a local ACK timeout expired.
+func (s *scoreboard) timedOut() { s.rack = s.txSeq + reorderPackets }
+
+// reset forgets which PSNs arrived, after a go-back-N.
+func (s *scoreboard) reset() {
+	clear(s.bits)
+	s.sacked, s.any = 0, false
+}

@@ -1,0 +1,101 @@
+package softroce
+
+import (
+	"testing"
+
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+func TestRecvBitmap(t *testing.T) {
+	var b recvBitmap
+	epsn := uint32(wire.PSNMask - 2) // the window wraps the PSN space
+	for _, d := range []uint32{2, 3, 40} {
+		if !b.set(psnAdd(epsn, d)) {
+			t.Fatalf("set(epsn+%d) reported a duplicate", d)
+		}
+	}
+	if b.set(psnAdd(epsn, 3)) {
+		t.Fatal("second set of the same PSN not reported as a duplicate")
+	}
+	buf := make([]byte, wire.MaxSACKBytes)
+	n := b.encode(buf, epsn)
+	s := wire.SACK(buf[:n])
+	if n != 8 {
+		t.Fatalf("encode: %d bytes, want 8 (bit 39 is the highest)", n)
+	}
+	for i := range s.Bits() {
+		want := i == 1 || i == 2 || i == 39
+		if s.Has(i) != want {
+			t.Errorf("bit %d = %v, want %v", i, s.Has(i), want)
+		}
+	}
+	// The expected PSN arrives: the placed ones behind it are taken in order.
+	epsn = psnAdd(epsn, 1)
+	if b.take(epsn) {
+		t.Fatal("epsn+1 was never placed")
+	}
+	epsn = psnAdd(epsn, 1)
+	for b.take(epsn) {
+		epsn = psnAdd(epsn, 1)
+	}
+	if want := psnAdd(wire.PSNMask-2, 4); epsn != want || b.n != 1 {
+		t.Fatalf("after the fill: epsn %#x with %d placed, want %#x with 1", epsn, b.n, want)
+	}
+	b.clear()
+	if !b.empty() || b.encode(buf, epsn) != 0 {
+		t.Fatal("clear left bits")
+	}
+}
+
+func TestScoreboard(t *testing.T) {
+	s := newScoreboard(64)
+	base := uint32(wire.PSNMask - 4)
+	psn := func(i int) uint32 { return psnAdd(base, uint32(i)) }
+	for i := range 10 {
+		s.sent(psn(i))
+	}
+	for i := 5; i <= 8; i++ {
+		s.sack(psn(i))
+	}
+	if s.sacked != 4 || !s.any || s.high != psn(9) {
+		t.Fatalf("sacked %d high %#x, want 4 and %#x", s.sacked, s.high, psn(9))
+	}
+	for i := range 10 {
+		// psn(i) went out as transmission i+1; psn(8), transmission 9,
+		// arrived, so transmissions up to 6 (PSNs 0..5) count as lost,
+		// except those that arrived.
+		want := i <= 4
+		if s.lost(psn(i)) != want {
+			t.Errorf("lost(%d) = %v, want %v", i, s.lost(psn(i)), want)
+		}
+	}
+	s.sent(psn(4)) // resent: transmission 11
+	if s.lost(psn(4)) {
+		t.Error("a PSN just resent counts as lost")
+	}
+	s.sack(psn(9)) // transmission 10 arrived: older than the resend
+	if s.lost(psn(4)) {
+		t.Error("an arrival sent before the resend made it lost")
+	}
+	for i := 10; i < 13; i++ {
+		s.sent(psn(i)) // transmissions 12..14
+	}
+	s.sack(psn(12))
+	if !s.lost(psn(4)) {
+		t.Error("the resend, three transmissions older than an arrival, is not lost")
+	}
+	s.acked(psn(-1), psn(9))
+	if s.sacked != 1 || !s.any {
+		t.Fatalf("after a cumulative ACK to 9: %d sacked (want 1, PSN 12), any %v", s.sacked, s.any)
+	}
+	s.acked(psn(9), psn(12))
+	if s.sacked != 0 || s.any {
+		t.Fatalf("after a cumulative ACK to 12: %d sacked, any %v", s.sacked, s.any)
+	}
+	s.sent(psn(13))
+	s.sack(psn(13))
+	s.reset()
+	if s.sacked != 0 || s.isSacked(psn(13)) {
+		t.Fatal("reset kept SACKs")
+	}
+}
