@@ -3,12 +3,14 @@ package netconn
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/rsock-go/rsock/rsock"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
@@ -106,7 +108,15 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 	}
 	name := fmt.Sprintf("softroce%d-%v", registry.opened, key.ip)
 	registry.opened++
-	dev, err := softroce.Open(softroce.Config{Name: name, Link: l, AckDelay: streamAckDelay})
+	// As rxe does, the device's MTU is its interface's (the link has no
+	// netdev of its own); each connection may lower it to its route's.
+	mtu := verbs.MTU4096
+	if ifMTU, err := udp.InterfaceMTU(key.ip); err == nil {
+		if m, err := softroce.MTUForIP(ifMTU, !key.ip.Is4()); err == nil {
+			mtu = m
+		}
+	}
+	dev, err := softroce.Open(softroce.Config{Name: name, Link: l, MaxMTU: mtu, AckDelay: streamAckDelay})
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -179,4 +189,24 @@ func Counters() verbs.Counters {
 		}
 	}
 	return c
+}
+
+// streamConfig returns the stream configuration for a connection between
+// the IPs of c, its path MTU capped to the route's: the route's IP MTU
+// less RoCEv2's headers. It fails when the route cannot carry RoCEv2.
+func streamConfig(base rsock.Config, c net.Conn) (rsock.Config, error) {
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	ipMTU, err := udp.RouteMTU(local, remote)
+	if err != nil {
+		return base, nil // the device's (interface) MTU applies
+	}
+	m, err := softroce.MTUForIP(ipMTU, !remote.Is4())
+	if err != nil {
+		return base, fmt.Errorf("netconn: the route to %v: %w", remote, err)
+	}
+	if base.MaxMTU == 0 || m.Bytes() < base.MaxMTU {
+		base.MaxMTU = m.Bytes()
+	}
+	return base, nil
 }

@@ -135,7 +135,11 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		releaseDevice(dev)
 		return nil, notPlain, err
 	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, set.stream)
+	stream, err := streamConfig(set.stream, c)
+	var ep *rsock.Endpoint
+	if err == nil {
+		ep, err = rsock.NewEndpoint(dev.dev, dev.pd, stream)
+	}
 	if err != nil {
 		// The listener waits for a Hello that will not come: start over
 		// on plain TCP.

@@ -216,7 +216,12 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 		releaseDevice(dev)
 		return decline(fmt.Sprintf("link %q is not supported", hello.Link))
 	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, l.set.stream)
+	stream, err := streamConfig(l.set.stream, c)
+	if err != nil {
+		releaseDevice(dev)
+		return decline(err.Error())
+	}
+	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
 	if err != nil {
 		releaseDevice(dev)
 		return decline(err.Error())

@@ -82,4 +82,3 @@ func (q *QP) buildSelectiveNAK(p *link.Packet) {
 	p.N = len(b)
 	p.Addr = q.peer
 }
-
