@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -76,7 +77,7 @@ type streamFlags struct {
 	iters, sessions                         int
 	seed                                    uint64
 	corruptAt                               int64
-	verify, verbose                         bool
+	verify, verbose, counters               bool
 }
 
 // newStreamFlagSet declares the flags of a subcommand: local, server or
@@ -108,6 +109,9 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
+	if cmd != "local" {
+		fs.BoolVar(&f.counters, "counters", false, "at exit, print the RDMA device counters of the process (netconn.Counters) on stderr,\nas one JSON line after \""+countersPrefix+"\"")
+	}
 	if cmd == "server" {
 		fs.StringVar(&f.tcpAddr, "tcp-addr", "", "plain TCP address (default: -addr's IP, port+1; ephemeral if -addr's port is 0)")
 		fs.IntVar(&f.sessions, "sessions", 0, "exit after serving this many client sessions (0: serve until interrupted)")
@@ -247,7 +251,11 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := streamClient(ctx, &f, s, f.addr, stdout, stderr); err != nil {
+	err = streamClient(ctx, &f, s, f.addr, stdout, stderr)
+	if f.counters {
+		printCounters(stderr)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench client: %v\n", err)
 		return exitFail
 	}
@@ -287,11 +295,29 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s%s, tcp on %s\n", streamServerPrefix, rln.Addr(), tln.Addr())
 	err = streambench.Serve(ctx, rln, tln, streambench.ServerConfig{Verify: f.verify, Sessions: f.sessions, Timeout: f.timeout, Log: stdout})
+	if f.counters {
+		printCounters(stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)
 		return exitFail
 	}
 	return exitOK
+}
+
+// countersPrefix starts the line -counters prints.
+const countersPrefix = "rsockbench counters: "
+
+// printCounters writes netconn.Counters() as one JSON line after
+// countersPrefix. Devices stay open a few seconds after their last
+// connection, so at exit they still hold the counts of the run.
+func printCounters(w io.Writer) {
+	b, err := json.Marshal(netconn.Counters())
+	if err != nil {
+		fmt.Fprintf(w, "rsockbench: counters: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "%s%s\n", countersPrefix, b)
 }
 
 // defaultTCPAddr is the plain TCP address: given, or addr's IP at port+1
