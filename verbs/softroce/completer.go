@@ -22,6 +22,9 @@ type completerState struct {
 	rtt rttEstimator // round-trip measurements for the ACK timeout
 	sb  *scoreboard  // selective repeat's view of the peer; nil for go-back-N
 
+	backoff  uint8 // selective repeat: timeouts since the last progress
+	rtoArmed int64 // selective repeat: the timeout last armed (ns)
+
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to
 	// the old request still arrive beyond the gap.
@@ -146,6 +149,7 @@ func (q *QP) ackUpTo(psn uint32) {
 func (q *QP) progress() {
 	q.comp.retryLeft = q.attr.RetryCnt
 	q.comp.rnrLeft = q.attr.RNRRetry
+	q.comp.backoff = 0
 	q.comp.rewound = false
 	q.armAckTimerNow()
 }

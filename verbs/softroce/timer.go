@@ -47,6 +47,13 @@ func (q *QP) armAckTimer() {
 	if t == 0 {
 		return
 	}
+	if q.comp.sb != nil {
+		t = q.selectiveRTO(t)
+		q.comp.rtoArmed = t
+		q.comp.ackDeadline = nanotime() + t
+		q.armTimer()
+		return
+	}
 	// A measured round trip longer than the configured timeout (a loaded
 	// receiver, a deep queue) raises it, so that it does not expire on
 	// packets that are merely late.
@@ -60,6 +67,24 @@ func (q *QP) armAckTimer() {
 	}
 	q.comp.ackDeadline = nanotime() + t
 	q.armTimer()
+}
+
+// minRTO is the shortest retransmission timeout of a selective-repeat QP.
+const minRTO = int64(2 * time.Millisecond)
+
+// selectiveRTO is the retransmission timeout of a selective-repeat QP,
+// whose peer is another rsock (the extension is negotiated): the RFC 6298
+// estimate from measured round trips, at least minRTO and at most the
+// configured ACK timeout cfg, doubled for each timeout without progress up
+// to 64 times cfg. A timeout costs little (only the PSNs not known to have
+// arrived are sent again), so it need not wait for the IBTA's minimum,
+// which on a datacenter path is thousands of round trips.
+func (q *QP) selectiveRTO(cfg int64) int64 {
+	t := cfg
+	if rto := q.comp.rtt.timeout(); rto > 0 {
+		t = min(max(rto, minRTO), cfg)
+	}
+	return min(t<<min(q.comp.backoff, 20), cfg<<maxBackoffShift)
 }
 
 // armAckTimerNow restarts the local ACK timeout while requests are
@@ -129,6 +154,14 @@ func (q *QP) onTimer() {
 		q.comp.ackDeadline = 0
 		if q.sqHead != q.sqNext || q.inflight() > 0 {
 			q.count(cTimeouts, 1)
+			if q.comp.sb != nil {
+				// Timeouts shorter than the configured one do not use up
+				// retries: the QP gives up after as long as go-back-N would.
+				q.comp.backoff++
+				if q.comp.rtoArmed < ackTimeout(q.attr.Timeout) {
+					q.comp.retryLeft++
+				}
+			}
 			if q.comp.retryLeft == 0 {
 				q.count(cRetryExceeded, 1)
 				if q.sendErr != nil {
@@ -140,7 +173,13 @@ func (q *QP) onTimer() {
 			q.comp.retryLeft--
 			q.comp.rewound = false
 			q.comp.readWait = false
-			q.comp.win.onTimeout(q.req.highPSN)
+			if q.comp.sb != nil && q.comp.rtoArmed < ackTimeout(q.attr.Timeout) {
+				// A short selective-repeat timeout is a tail loss more
+				// often than a dead path: halve, as for any loss.
+				q.comp.win.onLoss(psnAdd(q.comp.ackedPSN, 1), q.req.highPSN)
+			} else {
+				q.comp.win.onTimeout(q.req.highPSN)
+			}
 			q.comp.rtt.discard()
 			if sb := q.comp.sb; sb != nil {
 				sb.timedOut()
