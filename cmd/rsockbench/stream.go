@@ -380,7 +380,7 @@ func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, add
 	streambench.WriteTables(stdout, recs)
 	for _, r := range recs {
 		if r.Transport == streambench.TransportRsock && r.ConnTransport == "tcp" {
-			fmt.Fprintf(stderr, "warning: %s %s x%d: the rsock connections fell back to TCP\n", r.Mode, streambench.FormatSize(r.Size), r.Conns)
+			fmt.Fprintf(stderr, "warning: %s %s x%d: the rsock connections fell back to TCP (%s)\n", r.Mode, streambench.FormatSize(r.Size), r.Conns, r.FallbackReason)
 			break
 		}
 	}

@@ -86,11 +86,13 @@ type TransportRun struct {
 	// ConnTransport is what the connection ran on, from rsockbench's
 	// record: "tcp", or "rdma/softroce/udp" for rsock (or "tcp" if rsock
 	// fell back).
-	ConnTransport string  `json:"conn_transport,omitempty"`
-	Bytes         uint64  `json:"bytes"`
-	VerifiedBytes uint64  `json:"verified_bytes"`
-	Seconds       float64 `json:"seconds"`
-	GBps          float64 `json:"gbps"`
+	ConnTransport string `json:"conn_transport,omitempty"`
+	// FallbackReason says why an rsock run's connection is on TCP.
+	FallbackReason string  `json:"fallback_reason,omitempty"`
+	Bytes          uint64  `json:"bytes"`
+	VerifiedBytes  uint64  `json:"verified_bytes"`
+	Seconds        float64 `json:"seconds"`
+	GBps           float64 `json:"gbps"`
 	// TimedOut is set when the run was ended at GoodputConfig.Timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
 	// Err says why the run failed; empty when it completed, verified.
@@ -273,7 +275,8 @@ func runClient(ctx context.Context, lab *Lab, cfg GoodputConfig, args []string, 
 		run.Err = err.Error()
 		return run, counters
 	}
-	run.ConnTransport, run.Bytes, run.VerifiedBytes = rec.ConnTransport, rec.Bytes, rec.VerifiedBytes
+	run.ConnTransport, run.FallbackReason = rec.ConnTransport, rec.FallbackReason
+	run.Bytes, run.VerifiedBytes = rec.Bytes, rec.VerifiedBytes
 	run.Seconds, run.GBps = rec.Seconds, rec.GBps
 	if rec.VerifiedBytes != rec.Bytes {
 		run.Err = fmt.Sprintf("verified %d of %d bytes", rec.VerifiedBytes, rec.Bytes)
@@ -372,7 +375,7 @@ func cell(r *TransportRun, notes *[]string, c GoodputCase, name string) string {
 		*notes = append(*notes, fmt.Sprintf("%v %s: %s", c, name, r.Err))
 		return "failed"
 	case name == "rsock" && !strings.HasPrefix(r.ConnTransport, "rdma/"):
-		*notes = append(*notes, fmt.Sprintf("%v rsock ran on %q, not RDMA", c, r.ConnTransport))
+		*notes = append(*notes, fmt.Sprintf("%v rsock ran on %q, not RDMA: %s", c, r.ConnTransport, r.FallbackReason))
 		return fmt.Sprintf("%s (on %s)", FormatGBps(r.GBps), r.ConnTransport)
 	}
 	return FormatGBps(r.GBps)

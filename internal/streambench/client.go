@@ -211,9 +211,12 @@ func (c *Client) measure(ctx context.Context, p *Point) (*Record, error) {
 		WriteFrame(c.ctl, FrameError, &Message{Error: truncate(err.Error(), MaxErrorText)})
 		return nil, err
 	}
-	connTransport := "tcp"
+	connTransport, fallbackReason := "tcp", ""
 	if tc, ok := conns[0].(interface{ Transport() string }); ok {
 		connTransport = tc.Transport()
+	}
+	if fc, ok := conns[0].(interface{ FallbackReason() string }); ok {
+		fallbackReason = fc.FallbackReason()
 	}
 	if err := WriteFrame(c.ctl, FrameGo, nil); err != nil {
 		return nil, err
@@ -294,7 +297,7 @@ func (c *Client) measure(ctx context.Context, p *Point) (*Record, error) {
 		return nil, fmt.Errorf("the server received %d bytes, the client sent %d", rep.Received, sent)
 	}
 
-	rec := &Record{Transport: p.Transport, ConnTransport: connTransport, ServerTransport: rep.ServerTransport,
+	rec := &Record{Transport: p.Transport, ConnTransport: connTransport, FallbackReason: fallbackReason, ServerTransport: rep.ServerTransport,
 		Mode: p.Mode, Size: p.Size, Conns: p.Conns, VerifiedBytes: rep.Verified,
 		ClientCPUSeconds: (u1 - u0 + s1 - s0).Seconds(), ServerCPUSeconds: rep.CPUUser + rep.CPUSys}
 	if p.Mode == ModeStream {

@@ -44,6 +44,11 @@ type Record struct {
 	ServerCPUPerGB   float64 `json:"server_cpu_s_per_gb"`
 
 	VerifiedBytes uint64 `json:"verified_bytes"`
+
+	// FallbackReason says why the client's first data connection is on
+	// TCP after it tried RDMA ((*netconn.Conn).FallbackReason); empty
+	// otherwise.
+	FallbackReason string `json:"fallback_reason,omitempty"`
 }
 
 // setLatencies sets the percentiles from round-trip times; it sorts rtts.
