@@ -1,0 +1,85 @@
+package netpath
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rsock-go/rsock/internal/netlab"
+)
+
+// TestOutage runs a two-way netconn exchange, paced to 8 MiB/s each way,
+// and once A has received 4 MiB drops every frame at both ends for 2 s or
+// 10 s (nftables), then lets them through again. The exchange must
+// complete, every byte checked (SHA-256), on RDMA. The drop counters
+// prove the outage cut traffic in flight: it fails if either end dropped
+// nothing.
+func TestOutage(t *testing.T) {
+	skipUnlessLab(t)
+	bin, _ := build(t)
+	paths := []struct {
+		mtu  int
+		ipv6 bool
+	}{{9000, false}}
+	if *soak {
+		paths = append(paths, struct {
+			mtu  int
+			ipv6 bool
+		}{1500, true})
+	}
+	for i, p := range paths {
+		for j, outage := range []time.Duration{2 * time.Second, 10 * time.Second} {
+			t.Run(fmt.Sprintf("%v/mtu%d/%s", outage, p.mtu, family(p.ipv6)), func(t *testing.T) {
+				t.Parallel()
+				lab := newLab(t, netlab.Config{MTU: p.mtu})
+				const (
+					n         = 24 << 20
+					rate      = 8 << 20 // 3 s of traffic without the outage
+					threshold = 4 << 20
+				)
+				lp, dp, err := lab.StartExchange(bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20,
+					Seed: uint64(300 + 10*i + j), IPv6: p.ipv6})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The dialer reports each MiB it receives.
+				ev, err := netlab.WaitEvent(dp, hangLimit(threshold), func(ev *netlab.Event) bool {
+					return ev.Event == netlab.EventProgress && ev.Received >= threshold || ev.Event == netlab.EventResult
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.Event == netlab.EventResult {
+					t.Fatalf("the exchange ended before the outage: %+v", ev.Result)
+				}
+				var before [2]uint64
+				for k, ns := range []*netlab.Namespace{lab.A, lab.B} {
+					if _, before[k], err = lab.IngressCounts(ns); err != nil {
+						t.Fatal(err)
+					}
+					if err := lab.DropIngress(ns, 1000); err != nil {
+						t.Fatal(err)
+					}
+				}
+				t.Logf("outage of %v from %d bytes received by A", outage, ev.Received)
+				time.Sleep(outage) // the outage itself, not a wait for a result
+				for _, ns := range []*netlab.Namespace{lab.A, lab.B} {
+					if err := lab.DropIngress(ns, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for k, ns := range []*netlab.Namespace{lab.A, lab.B} {
+					_, after, err := lab.IngressCounts(ns)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s dropped %d frames during the outage", []string{"A", "B"}[k], after-before[k])
+					if after == before[k] {
+						t.Errorf("%s dropped no frame during the outage: no traffic was cut", []string{"A", "B"}[k])
+					}
+				}
+				waitExchange(t, lp, dp, n)
+			})
+		}
+	}
+}
