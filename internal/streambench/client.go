@@ -260,6 +260,11 @@ func (c *Client) measure(ctx context.Context, p *Point) (*Record, error) {
 		}
 		<-workersDone
 	}
+	if err := ctx.Err(); err != nil && !got {
+		// Interrupted: no Report is coming soon (the data may be
+		// stuck), and Measure closes the session.
+		return nil, err
+	}
 	elapsed := time.Since(t0)
 	var sent uint64
 	for _, r := range results {
