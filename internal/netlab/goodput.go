@@ -190,11 +190,18 @@ func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row 
 	}
 	// The server exits after its two sessions; one that does not (a
 	// session still hanging) is stopped, and prints its counters then.
+	wait := time.NewTimer(10 * time.Second)
+	defer wait.Stop()
 	select {
 	case <-server.Done():
-	case <-time.After(10 * time.Second):
+	case <-wait.C:
+	case <-ctx.Done():
 	}
-	server.Stop(5 * time.Second)
+	grace := 5 * time.Second
+	if ctx.Err() != nil {
+		grace = time.Second
+	}
+	server.Stop(grace)
 	serverCounters, err := parseCounters(server.Stderr())
 	if err != nil {
 		row.Err = fmt.Sprintf("server: %v", err)
@@ -252,8 +259,13 @@ func runClient(ctx context.Context, lab *Lab, cfg GoodputConfig, args []string, 
 	case <-ctx.Done():
 		run.Err = ctx.Err().Error()
 	}
-	// A client told to stop (SIGTERM) still prints its counters.
-	exitErr := p.Stop(5 * time.Second)
+	// A client told to stop (SIGTERM) still prints its counters. When
+	// the whole run is being interrupted, it gets less time for that.
+	grace := 5 * time.Second
+	if ctx.Err() != nil {
+		grace = time.Second
+	}
+	exitErr := p.Stop(grace)
 	counters, cerr := parseCounters(p.Stderr())
 	if run.TimedOut {
 		run.Err = fmt.Sprintf("timed out after %v", cfg.Timeout)
@@ -368,6 +380,8 @@ func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 // cell formats a goodput cell, adding a note for a failed run.
 func cell(r *TransportRun, notes *[]string, c GoodputCase, name string) string {
 	switch {
+	case *r == TransportRun{}:
+		return "—" // not run
 	case r.TimedOut:
 		*notes = append(*notes, fmt.Sprintf("%v %s: %s", c, name, r.Err))
 		return "timeout"
