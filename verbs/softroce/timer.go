@@ -181,15 +181,29 @@ func (q *QP) onTimer() {
 				q.comp.win.onTimeout(q.req.highPSN)
 			}
 			q.comp.rtt.discard()
-			if sb := q.comp.sb; sb != nil {
+			oldest := psnAdd(q.comp.ackedPSN, 1)
+			if sb := q.comp.sb; sb != nil && !q.oldestIsRdAtomic(oldest) {
 				sb.timedOut()
 				q.repair()
 			} else {
-				q.retransmit(psnAdd(q.comp.ackedPSN, 1))
+				// Go-back-N; with selective repeat also for a READ or
+				// atomic, whose lost response the scoreboard cannot see.
+				q.retransmit(oldest)
 			}
 			q.armAckTimer()
 			q.runRequester()
 		}
 	}
 	q.armTimer()
+}
+
+// oldestIsRdAtomic reports whether psn, the oldest unacknowledged PSN,
+// belongs to a READ or atomic request.
+func (q *QP) oldestIsRdAtomic(psn uint32) bool {
+	idx := q.wqeAt(psn)
+	if idx == q.sqTail {
+		return false
+	}
+	w := &q.sq[idx%uint32(len(q.sq))]
+	return w.containsPSN(psn) && w.isRdAtomic()
 }
