@@ -119,15 +119,17 @@ type GoodputRow struct {
 	Err string `json:"error,omitempty"`
 }
 
-// goodputPort is the port of the rsockbench server in B (the plain TCP
-// listener takes the next one).
-const goodputPort = 18600
+// goodputPorts are the ports of the rsockbench servers in B, one per
+// transport (the plain TCP listener of each takes the next port).
+var goodputPorts = map[string]int{streambench.TransportTCP: 18600, streambench.TransportRsock: 18610}
 
 // MeasureGoodput measures one case: it makes a lab at the case's MTU,
-// sets the loss, starts rsockbench server -verify -counters in B, and runs
-// rsockbench client -verify in A, first over TCP and then over rsock, each
-// with a 64 KiB write size and one connection. The lab is removed before
-// it returns.
+// sets the loss, and runs rsockbench client -verify in A against
+// rsockbench server -verify -counters in B, first over TCP and then over
+// rsock, each with a 64 KiB write size and one connection, and each
+// against a server of its own (so that the rsock server's counters are
+// read while its device is open, whatever the TCP run left behind). The
+// lab is removed before it returns.
 func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row GoodputRow) {
 	row.Case = c
 	if cfg.Timeout <= 0 {
@@ -157,40 +159,56 @@ func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row 
 		return fail(err)
 	}
 	defer os.RemoveAll(tmp)
-
-	addr := net.JoinHostPort(lab.B.Addr(c.IPv6).String(), strconv.Itoa(goodputPort))
-	timeout := cfg.Timeout.String()
-	server, err := lab.Start(lab.B, cfg.Rsockbench, "server", "-verify", "-counters", "-sessions", "2",
-		"-addr", addr, "-timeout", timeout)
-	if err != nil {
-		return fail(err)
-	}
-	if err := waitServer(server); err != nil {
-		return fail(err)
-	}
-	var clientCounters verbs.Counters
 	for _, tr := range []string{streambench.TransportTCP, streambench.TransportRsock} {
 		if ctx.Err() != nil {
 			return fail(ctx.Err())
 		}
-		args := []string{"client", "-verify", "-addr", addr, "-transports", tr, "-modes", "stream",
-			"-sizes", "64KiB", "-conns", "1", "-timeout", timeout, "-counters",
-			"-json", filepath.Join(tmp, tr+".json")}
-		if cfg.Bytes > 0 {
-			args = append(args, "-bytes", strconv.FormatInt(cfg.Bytes, 10))
-		} else {
-			args = append(args, "-duration", cfg.Duration.String())
+		run, counters, err := runTransport(ctx, lab, cfg, c, tr, tmp)
+		if err != nil {
+			return fail(err)
 		}
-		run, counters := runClient(ctx, lab, cfg, args, filepath.Join(tmp, tr+".json"))
 		if tr == streambench.TransportTCP {
 			row.TCP = run
 		} else {
-			row.Rsock, clientCounters = run, counters
+			row.Rsock, row.Counters = run, counters
 		}
 	}
-	// The server exits after its two sessions; one that does not (a
-	// session still hanging) is stopped, and prints its counters then.
-	wait := time.NewTimer(10 * time.Second)
+	for i, ns := range []*Namespace{lab.A, lab.B} {
+		if row.Frames[i], row.Dropped[i], err = lab.IngressCounts(ns); err != nil {
+			return fail(err)
+		}
+	}
+	return row
+}
+
+// runTransport runs one transport's measurement: a server in B for one
+// session, the client in A. It returns the run and the counters of both
+// processes, summed; err is a failure to set the run up.
+func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCase, tr, tmp string) (TransportRun, verbs.Counters, error) {
+	addr := net.JoinHostPort(lab.B.Addr(c.IPv6).String(), strconv.Itoa(goodputPorts[tr]))
+	timeout := cfg.Timeout.String()
+	server, err := lab.Start(lab.B, cfg.Rsockbench, "server", "-verify", "-counters", "-sessions", "1",
+		"-addr", addr, "-timeout", timeout)
+	if err != nil {
+		return TransportRun{}, verbs.Counters{}, err
+	}
+	if err := waitServer(server); err != nil {
+		return TransportRun{}, verbs.Counters{}, err
+	}
+	jsonPath := filepath.Join(tmp, tr+".json")
+	args := []string{"client", "-verify", "-addr", addr, "-transports", tr, "-modes", "stream",
+		"-sizes", "64KiB", "-conns", "1", "-timeout", timeout, "-counters", "-json", jsonPath}
+	if cfg.Bytes > 0 {
+		args = append(args, "-bytes", strconv.FormatInt(cfg.Bytes, 10))
+	} else {
+		args = append(args, "-duration", cfg.Duration.String())
+	}
+	run, counters := runClient(ctx, lab, cfg, args, jsonPath)
+	// The server exits when its session ends, at once after a completed
+	// run. One still in its session (after a timeout) is stopped, and
+	// prints its counters then: its connection, and so its device, is
+	// still open.
+	wait := time.NewTimer(3 * time.Second)
 	defer wait.Stop()
 	select {
 	case <-server.Done():
@@ -203,17 +221,11 @@ func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row 
 	}
 	server.Stop(grace)
 	serverCounters, err := parseCounters(server.Stderr())
-	if err != nil {
-		row.Err = fmt.Sprintf("server: %v", err)
+	if err != nil && run.Err == "" {
+		run.Err = fmt.Sprintf("server: %v", err)
 	}
-	row.Counters = clientCounters
-	row.Counters.Add(serverCounters)
-	for i, ns := range []*Namespace{lab.A, lab.B} {
-		if row.Frames[i], row.Dropped[i], err = lab.IngressCounts(ns); err != nil {
-			return fail(err)
-		}
-	}
-	return row
+	counters.Add(serverCounters)
+	return run, counters, nil
 }
 
 // waitServer waits for rsockbench server's first line, which says it
@@ -342,12 +354,13 @@ func lastLine(s string) string {
 
 // WriteGoodputTable writes rows as a markdown table: per row TCP and rsock
 // goodput (GB/s, 10⁹ bytes per second, verified), their ratio, rsock's
-// retransmissions, sequence NAKs sent and received, and ACK timeouts, and
-// the frames the loss rules dropped. A run that did not complete shows
+// retransmissions, sequence NAKs sent and received, and ACK timeouts
+// (client and server summed), and the frames the loss rules dropped at
+// each end over both runs of the row. A run that did not complete shows
 // why instead of a rate.
 func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "| MTU | loss | direction | TCP GB/s | rsock GB/s | rsock/TCP | rsock retransmits | NAKs sent/recv | timeouts | frames dropped (A, B) |")
+	fmt.Fprintln(bw, "| MTU | loss | direction | TCP GB/s | rsock GB/s | rsock/TCP | rsock retransmits | NAKs sent/recv | timeouts | frames dropped at A, B |")
 	fmt.Fprintln(bw, "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var notes []string
 	for _, r := range rows {
