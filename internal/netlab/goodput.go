@@ -97,6 +97,10 @@ type TransportRun struct {
 	TimedOut bool `json:"timed_out,omitempty"`
 	// Err says why the run failed; empty when it completed, verified.
 	Err string `json:"error,omitempty"`
+	// Warning tells what went wrong around the run without failing it:
+	// a server that printed no counters (they are then missing from the
+	// row's).
+	Warning string `json:"warning,omitempty"`
 }
 
 // OK reports whether the run completed with every byte verified.
@@ -204,25 +208,26 @@ func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCas
 		args = append(args, "-duration", cfg.Duration.String())
 	}
 	run, counters := runClient(ctx, lab, cfg, args, jsonPath)
-	// The server exits when its session ends, at once after a completed
-	// run. One still in its session (after a timeout) is stopped, and
-	// prints its counters then: its connection, and so its device, is
-	// still open.
-	wait := time.NewTimer(3 * time.Second)
+	// The server exits when its session ends, as a rule at once after a
+	// completed run, but its last close can take a while on a lossy
+	// path. One still in its session after 15 s is stopped, and prints
+	// its counters then: its connection, and so its device, is still
+	// open.
+	wait := time.NewTimer(15 * time.Second)
 	defer wait.Stop()
 	select {
 	case <-server.Done():
 	case <-wait.C:
 	case <-ctx.Done():
 	}
-	grace := 5 * time.Second
+	grace := 10 * time.Second
 	if ctx.Err() != nil {
 		grace = time.Second
 	}
 	server.Stop(grace)
 	serverCounters, err := parseCounters(server.Stderr())
-	if err != nil && run.Err == "" {
-		run.Err = fmt.Sprintf("server: %v", err)
+	if err != nil {
+		run.Warning = fmt.Sprintf("server: %v: %s", err, lastLine(server.Stderr()))
 	}
 	counters.Add(serverCounters)
 	return run, counters, nil
@@ -372,6 +377,14 @@ func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 		family := ""
 		if r.Case.IPv6 {
 			family = " (IPv6)"
+		}
+		for _, run := range []struct {
+			name string
+			r    *TransportRun
+		}{{"tcp", &r.TCP}, {"rsock", &r.Rsock}} {
+			if run.r.Warning != "" {
+				notes = append(notes, fmt.Sprintf("%v %s: warning: %s", r.Case, run.name, run.r.Warning))
+			}
 		}
 		fmt.Fprintf(bw, "| %d | %s | %s%s | %s | %s | %s | %d | %d/%d | %d | %d, %d |\n",
 			r.Case.MTU, FormatLoss(r.Case.LossPerMille), r.Case.direction(), family,

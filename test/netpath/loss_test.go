@@ -75,6 +75,11 @@ func TestLoss(t *testing.T) {
 				if row.Err != "" {
 					t.Error(row.Err)
 				}
+				for _, w := range []string{row.TCP.Warning, row.Rsock.Warning} {
+					if w != "" {
+						t.Logf("warning: %s", w)
+					}
+				}
 				if row.TCP.TimedOut {
 					t.Logf("tcp did not finish within %v (not a failure: TCP is the baseline)", limit)
 				} else {
