@@ -24,9 +24,21 @@ type GoodputCase struct {
 	// LossPerMille is the share of frames dropped, per 1000 (1 is 0.1%).
 	LossPerMille int
 	// BothWays drops frames arriving at both ends (data and
-	// acknowledgements); else only at the receiver of the stream, B.
+	// acknowledgements); else only at the receiver of the stream.
 	BothWays bool
 	IPv6     bool
+	// FromB sends the stream from B to A (the client in B, the server in
+	// A); else from A to B.
+	FromB bool
+}
+
+// ends returns the namespaces of the client (the sender of the stream)
+// and of the server.
+func (c GoodputCase) ends(lab *Lab) (client, server *Namespace) {
+	if c.FromB {
+		return lab.B, lab.A
+	}
+	return lab.A, lab.B
 }
 
 // String names the case, e.g. "mtu9000/loss1%/one-way/ipv4".
@@ -35,7 +47,11 @@ func (c GoodputCase) String() string {
 	if c.IPv6 {
 		family = "ipv6"
 	}
-	return fmt.Sprintf("mtu%d/loss%s/%s/%s", c.MTU, FormatLoss(c.LossPerMille), c.direction(), family)
+	s := fmt.Sprintf("mtu%d/loss%s/%s/%s", c.MTU, FormatLoss(c.LossPerMille), c.direction(), family)
+	if c.FromB {
+		s += "/b-to-a"
+	}
+	return s
 }
 
 func (c GoodputCase) direction() string {
@@ -116,8 +132,7 @@ type GoodputRow struct {
 	// SeqNAKsRecv and Timeouts; the server's SeqNAKsSent).
 	Counters verbs.Counters `json:"counters"`
 	// Frames and Dropped count the frames that arrived at each end's veth
-	// and those the loss rules dropped, over the whole row: [0] A (the
-	// client), [1] B (the server).
+	// and those the loss rules dropped, over the whole row: [0] A, [1] B.
 	Frames, Dropped [2]uint64
 	// Err is a failure to set the row up or read its outcome.
 	Err string `json:"error,omitempty"`
@@ -129,7 +144,7 @@ var goodputPorts = map[string]int{streambench.TransportTCP: 18600, streambench.T
 
 // MeasureGoodput measures one case: it makes a lab at the case's MTU,
 // sets the loss, and runs rsockbench client -verify in A against
-// rsockbench server -verify -counters in B, first over TCP and then over
+// rsockbench server -verify -counters in B (or the other way round), first over TCP and then over
 // rsock, each with a 64 KiB write size and one connection, and each
 // against a server of its own (so that the rsock server's counters are
 // read while its device is open, whatever the TCP run left behind). The
@@ -150,11 +165,12 @@ func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row 
 		return fail(err)
 	}
 	defer lab.Close()
-	if err := lab.DropIngress(lab.B, c.LossPerMille); err != nil {
+	client, server := c.ends(lab)
+	if err := lab.DropIngress(server, c.LossPerMille); err != nil {
 		return fail(err)
 	}
 	if c.BothWays {
-		if err := lab.DropIngress(lab.A, c.LossPerMille); err != nil {
+		if err := lab.DropIngress(client, c.LossPerMille); err != nil {
 			return fail(err)
 		}
 	}
@@ -189,9 +205,10 @@ func MeasureGoodput(ctx context.Context, cfg GoodputConfig, c GoodputCase) (row 
 // session, the client in A. It returns the run and the counters of both
 // processes, summed; err is a failure to set the run up.
 func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCase, tr, tmp string) (TransportRun, verbs.Counters, error) {
-	addr := net.JoinHostPort(lab.B.Addr(c.IPv6).String(), strconv.Itoa(goodputPorts[tr]))
+	clientNS, serverNS := c.ends(lab)
+	addr := net.JoinHostPort(serverNS.Addr(c.IPv6).String(), strconv.Itoa(goodputPorts[tr]))
 	timeout := cfg.Timeout.String()
-	server, err := lab.Start(lab.B, cfg.Rsockbench, "server", "-verify", "-counters", "-sessions", "1",
+	server, err := lab.Start(serverNS, cfg.Rsockbench, "server", "-verify", "-counters", "-sessions", "1",
 		"-addr", addr, "-timeout", timeout)
 	if err != nil {
 		return TransportRun{}, verbs.Counters{}, err
@@ -207,7 +224,7 @@ func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCas
 	} else {
 		args = append(args, "-duration", cfg.Duration.String())
 	}
-	run, counters := runClient(ctx, lab, cfg, args, jsonPath)
+	run, counters := runClient(ctx, lab, clientNS, cfg, args, jsonPath)
 	// The server exits when its session ends, as a rule at once after a
 	// completed run, but its last close can take a while on a lossy
 	// path. One still in its session after 15 s is stopped, and prints
@@ -255,10 +272,10 @@ func waitServer(p *Proc) error {
 	}
 }
 
-// runClient runs one rsockbench client in A, ending it at cfg.Timeout, and
-// reads its record and counters.
-func runClient(ctx context.Context, lab *Lab, cfg GoodputConfig, args []string, jsonPath string) (run TransportRun, counters verbs.Counters) {
-	p, err := lab.Start(lab.A, cfg.Rsockbench, args...)
+// runClient runs one rsockbench client in ns, ending it at cfg.Timeout,
+// and reads its record and counters.
+func runClient(ctx context.Context, lab *Lab, ns *Namespace, cfg GoodputConfig, args []string, jsonPath string) (run TransportRun, counters verbs.Counters) {
+	p, err := lab.Start(ns, cfg.Rsockbench, args...)
 	if err != nil {
 		run.Err = err.Error()
 		return run, counters
@@ -377,6 +394,9 @@ func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 		family := ""
 		if r.Case.IPv6 {
 			family = " (IPv6)"
+		}
+		if r.Case.FromB {
+			family += " (B to A)"
 		}
 		for _, run := range []struct {
 			name string

@@ -67,10 +67,10 @@ type Lab struct {
 // Interface names. Each namespace has its own set of names, so these
 // never clash with another lab's or the host's.
 const (
-	devA   = "nl-a" // A's veth
-	devB   = "nl-b" // B's veth
-	devMtA = "nl-ma"
-	devMtB = "nl-mb"
+	devA    = "nl-a"  // A's veth
+	devB    = "nl-b"  // B's veth
+	devMToA = "nl-ma" // M's veth toward A
+	devMToB = "nl-mb" // M's veth toward B
 )
 
 // Addresses of the endpoints: private and unique local, and only ever
@@ -128,7 +128,7 @@ func New(cfg Config) (_ *Lab, err error) {
 		procs: make(map[*Proc]bool),
 	}
 	if cfg.Relay {
-		l.M = &Namespace{Name: base + "-m", Dev: devMtA, Dev2: devMtB}
+		l.M = &Namespace{Name: base + "-m", Dev: devMToA, Dev2: devMToB}
 	}
 	defer func() {
 		if err != nil {
@@ -149,10 +149,10 @@ func New(cfg Config) (_ *Lab, err error) {
 			return nil, err
 		}
 	} else {
-		if err := run("ip", "-n", l.A.Name, "link", "add", devA, "type", "veth", "peer", "name", devMtA, "netns", l.M.Name); err != nil {
+		if err := run("ip", "-n", l.A.Name, "link", "add", devA, "type", "veth", "peer", "name", devMToA, "netns", l.M.Name); err != nil {
 			return nil, err
 		}
-		if err := run("ip", "-n", l.B.Name, "link", "add", devB, "type", "veth", "peer", "name", devMtB, "netns", l.M.Name); err != nil {
+		if err := run("ip", "-n", l.B.Name, "link", "add", devB, "type", "veth", "peer", "name", devMToB, "netns", l.M.Name); err != nil {
 			return nil, err
 		}
 	}

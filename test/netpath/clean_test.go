@@ -36,28 +36,39 @@ func TestCleanPathNetconn(t *testing.T) {
 }
 
 // TestCleanPathRsockbench runs rsockbench client -verify -bytes 256MiB
-// against rsockbench server -verify between two namespaces, over rsock and
-// (for comparison, in the same run) over TCP: the server checks every byte
-// of each.
+// against rsockbench server -verify between two namespaces, each way (a
+// client in A and a server in B, then the reverse), over rsock and (for
+// comparison, in the same run) over TCP: the server checks every byte of
+// each.
 func TestCleanPathRsockbench(t *testing.T) {
 	skipUnlessLab(t)
 	_, rsockbench := build(t)
 	for _, p := range cleanPaths {
-		t.Run(fmt.Sprintf("mtu%d/%s", p.mtu, family(p.ipv6)), func(t *testing.T) {
-			t.Parallel()
-			c := netlab.GoodputCase{MTU: p.mtu, IPv6: p.ipv6}
-			// rsockbench reports no progress, so a hang shows only at the
-			// limit: 2 minutes, over 50 times a working run's time.
-			row := netlab.MeasureGoodput(context.Background(), netlab.GoodputConfig{
-				Rsockbench: rsockbench, Bytes: cleanBytes, Timeout: 2 * time.Minute, Prefix: "netpath"}, c)
-			logRows(t, row)
-			checkRun(t, "tcp", &row.TCP, cleanBytes)
-			checkRun(t, "rsock", &row.Rsock, cleanBytes)
-			if row.Err != "" {
-				t.Error(row.Err)
-			}
-		})
+		for _, fromB := range []bool{false, true} {
+			c := netlab.GoodputCase{MTU: p.mtu, IPv6: p.ipv6, FromB: fromB}
+			testCleanPathRsockbench(t, rsockbench, c)
+		}
 	}
+}
+
+func testCleanPathRsockbench(t *testing.T, rsockbench string, c netlab.GoodputCase) {
+	direction := "a-to-b"
+	if c.FromB {
+		direction = "b-to-a"
+	}
+	t.Run(fmt.Sprintf("mtu%d/%s/%s", c.MTU, family(c.IPv6), direction), func(t *testing.T) {
+		t.Parallel()
+		// rsockbench reports no progress, so a hang shows only at the
+		// limit: 2 minutes, over 50 times a working run's time.
+		row := netlab.MeasureGoodput(context.Background(), netlab.GoodputConfig{
+			Rsockbench: rsockbench, Bytes: cleanBytes, Timeout: 2 * time.Minute, Prefix: "netpath"}, c)
+		logRows(t, row)
+		checkRun(t, "tcp", &row.TCP, cleanBytes)
+		checkRun(t, "rsock", &row.Rsock, cleanBytes)
+		if row.Err != "" {
+			t.Error(row.Err)
+		}
+	})
 }
 
 // checkRun checks that an rsockbench run completed with n bytes verified,
