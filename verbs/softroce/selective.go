@@ -195,9 +195,3 @@ func (s *scoreboard) lost(psn uint32) bool {
 // timedOut makes every PSN sent so far and not known to have arrived
 // count as lost: a local ACK timeout expired.
 func (s *scoreboard) timedOut() { s.rack = s.txSeq + reorderPackets }
-
-// reset forgets which PSNs arrived, after a go-back-N.
-func (s *scoreboard) reset() {
-	clear(s.bits)
-	s.sacked, s.any = 0, false
-}
