@@ -1,0 +1,427 @@
+package memif
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Stats counts what a link did.
+type Stats struct {
+	// Sent and Received count frames.
+	Sent, Received uint64
+	// TxDropped counts packets Send dropped for lack of ring space after
+	// waiting Config.TxWait.
+	TxDropped uint64
+	// RxDropped counts received frames that were not RoCEv2 packets to
+	// port 4791, or longer than MaxFrameLen.
+	RxDropped uint64
+	// Interrupts counts eventfd signals sent to the peer; Sleeps counts
+	// times the receiver slept on its eventfd.
+	Interrupts, Sleeps uint64
+}
+
+// Link is a memif connection used as a link.Link. Its methods are safe
+// for concurrent use.
+type Link struct {
+	cfg    Config
+	client bool
+	peer   string // the peer's interface name
+
+	ctrl *control
+	regs []region
+
+	life   sync.RWMutex // held for reading while regions or eventfds are used; Close takes it to unmap
+	closed atomic.Bool
+	errMu  sync.Mutex
+	err    error // why the link failed, or ErrClosed
+	done   chan struct{}
+
+	txMu  sync.Mutex
+	tx    txQueue
+	txEvt *eventFD // signals the peer
+
+	rxMu   sync.Mutex
+	rx     rxQueue
+	rxEvt  *eventFD // the peer signals us
+	rxBufs [][]byte
+	spin   time.Duration
+
+	sent, received, txDropped, rxDropped, interrupts, sleeps atomic.Uint64
+}
+
+// errConnLost reports the control channel failing after setup.
+var errConnLost = errors.New("memif: connection lost")
+
+var _ link.Link = (*Link)(nil)
+var _ link.Looper = (*Link)(nil)
+
+const (
+	// maxSpin bounds the receiver's adaptive polling before it sleeps.
+	maxSpin = 50 * time.Microsecond
+	// idleWake bounds one sleep on the eventfd. A sender that publishes
+	// without a full barrier before reading the ring flags (DPDK's does)
+	// can miss an interrupt the receiver just unmasked; waking now and
+	// then bounds the delay that costs.
+	idleWake = 100 * time.Millisecond
+)
+
+// Name returns "memif".
+func (l *Link) Name() string { return "memif" }
+
+// LocalAddr returns Config.Local.
+func (l *Link) LocalAddr() netip.AddrPort { return l.cfg.Local }
+
+// PeerName returns the interface name the peer sent in CONNECT or
+// CONNECTED.
+func (l *Link) PeerName() string { return l.peer }
+
+// Stats returns the link's counters.
+func (l *Link) Stats() Stats {
+	return Stats{l.sent.Load(), l.received.Load(), l.txDropped.Load(), l.rxDropped.Load(),
+		l.interrupts.Load(), l.sleeps.Load()}
+}
+
+// Err returns why the link stopped working (ErrClosed after Close), or nil.
+func (l *Link) Err() error {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	return l.err
+}
+
+// fail records the first failure, tells the peer and wakes the receiver.
+func (l *Link) fail(err error) {
+	l.errMu.Lock()
+	first := l.err == nil
+	if first {
+		l.err = err
+	}
+	l.errMu.Unlock()
+	if !first {
+		return
+	}
+	var de *DisconnectError
+	switch {
+	case errors.Is(err, link.ErrClosed):
+		l.ctrl.disconnect("interface closed")
+	case errors.As(err, &de), errors.Is(err, errConnLost):
+	default:
+		l.ctrl.disconnect(err.Error())
+	}
+	l.ctrl.c.Close()
+	l.rxEvt.signal()
+}
+
+// enter takes the lifetime lock for using the rings; it fails once the
+// link failed or is closing.
+func (l *Link) enter() error {
+	l.life.RLock()
+	if l.closed.Load() {
+		l.life.RUnlock()
+		return link.ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		l.life.RUnlock()
+		return err
+	}
+	return nil
+}
+
+// Send frames and transmits pkts; see link.Link.
+func (l *Link) Send(pkts []link.Packet) error {
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	var hdr [maxHeaderLen]byte
+	var icrc [wire.ICRCLen]byte
+	var pieces [3][]byte
+	pending := false
+	for i := range pkts {
+		p := &pkts[i]
+		if p.N < wire.BTHLen || p.N > len(p.Buf) {
+			return fmt.Errorf("memif: packet of %d bytes in a %d-byte buffer", p.N, len(p.Buf))
+		}
+		pkt := p.Buf[:p.N]
+		hl, err := encodeHeaders(hdr[:], &l.cfg, p.Addr, p.N+wire.ICRCLen)
+		if err != nil {
+			return err
+		}
+		total := hl + p.N + wire.ICRCLen
+		if total > MaxFrameLen {
+			return fmt.Errorf("memif: %d-byte frame exceeds %d", total, MaxFrameLen)
+		}
+		wire.PutICRC(icrc[:], wire.ComputeICRCFromHeaders(hdr[wire.EthernetLen:hl], pkt))
+		if hl == maxHeaderLen {
+			wire.UDP(hdr[hl-wire.UDPLen:]).SetChecksum(udp6Checksum(hdr[:], pkt, icrc[:]))
+		}
+		pieces = [3][]byte{hdr[:hl], pkt, icrc[:]}
+		var waited time.Duration
+		for try := 0; ; try++ {
+			if err := l.enter(); err != nil {
+				return err
+			}
+			free, err := l.tx.free()
+			used := 0
+			if err == nil {
+				used, err = l.tx.put(pieces[:], total, free)
+			}
+			if err != nil {
+				l.life.RUnlock()
+				l.fail(err)
+				return err
+			}
+			if used > 0 {
+				pending = true
+				l.life.RUnlock()
+				l.sent.Add(1)
+				break
+			}
+			// Full: let the receiver see what we have, then back off.
+			if pending {
+				l.publish()
+				pending = false
+			}
+			l.life.RUnlock()
+			if waited >= l.cfg.TxWait {
+				l.txDropped.Add(1)
+				break
+			}
+			d := txBackoff(try)
+			if d == 0 {
+				runtime.Gosched()
+				waited += time.Microsecond
+			} else {
+				time.Sleep(d)
+				waited += d
+			}
+		}
+	}
+	if pending {
+		if err := l.enter(); err != nil {
+			return err
+		}
+		l.publish()
+		l.life.RUnlock()
+	}
+	return nil
+}
+
+// publish publishes filled slots and interrupts the peer if it asked;
+// the caller holds txMu and the lifetime lock.
+func (l *Link) publish() {
+	if l.tx.publish() {
+		l.txEvt.signal()
+		l.interrupts.Add(1)
+	}
+}
+
+// txBackoff is how long Send waits after its try-th attempt found the
+// ring full: yield a few times, then sleep longer and longer up to 1 ms.
+func txBackoff(try int) time.Duration {
+	if try < 8 {
+		return 0
+	}
+	return min(time.Duration(1<<min(try-8, 10))*time.Microsecond, time.Millisecond)
+}
+
+// Recv receives frames; see link.Link. Packet buffers are owned by the
+// link: each is valid until the next Recv.
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	for len(l.rxBufs) < len(pkts) {
+		l.rxBufs = append(l.rxBufs, make([]byte, MaxFrameLen))
+	}
+	for {
+		n, err := l.poll(pkts)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := l.waitRx(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// RecvLoop receives batches and hands each to handle until the link is
+// closed or fails; see link.Looper.
+func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
+	for {
+		n, err := l.Recv(pkts)
+		if err != nil {
+			return err
+		}
+		handle(pkts[:n])
+	}
+}
+
+// poll moves the frames waiting in the ring (up to len(pkts)) into the
+// link's buffers and fills pkts from them.
+func (l *Link) poll(pkts []link.Packet) (int, error) {
+	if err := l.enter(); err != nil {
+		return 0, err
+	}
+	defer l.life.RUnlock()
+	avail, err := l.rx.avail()
+	if err != nil {
+		l.fail(err)
+		return 0, err
+	}
+	got, used := 0, 0
+	for got < len(pkts) && used < avail {
+		n, slots, res, err := l.rx.next(l.rxBufs[got], used, avail-used)
+		if err != nil {
+			l.rx.release(used)
+			l.fail(err)
+			return 0, err
+		}
+		if res == rxIncomplete {
+			break
+		}
+		used += slots
+		if res == rxOversize || !l.deliver(&pkts[got], l.rxBufs[got][:n]) {
+			l.rxDropped.Add(1)
+			continue
+		}
+		got++
+	}
+	l.rx.release(used)
+	l.received.Add(uint64(got))
+	return got, nil
+}
+
+// deliver fills p from a received frame, checking its ICRC.
+func (l *Link) deliver(p *link.Packet, frame []byte) bool {
+	ipUDP, pkt, src, ok := decodeFrame(frame)
+	if !ok {
+		return false
+	}
+	n := len(pkt) - wire.ICRCLen
+	p.Buf = pkt
+	p.N = n
+	p.Addr = src
+	if wire.ComputeICRCFromHeaders(ipUDP, pkt[:n]) == wire.ICRCOf(pkt[n:]) {
+		p.ICRC = link.ICRCGood
+	} else {
+		p.ICRC = link.ICRCBad
+	}
+	return true
+}
+
+// waitRx waits for frames: it polls the ring for the adaptive spin time,
+// then unmasks the interrupt and sleeps on the eventfd.
+func (l *Link) waitRx() error {
+	if l.spin > 0 {
+		start := time.Now()
+		for i := 0; ; i++ {
+			n, err := l.pending()
+			if err != nil {
+				return err
+			}
+			if n {
+				l.spin = min(l.spin*2, maxSpin)
+				return nil
+			}
+			if i%16 == 15 && time.Since(start) > l.spin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	if err := l.enter(); err != nil {
+		return err
+	}
+	l.rx.arm(true)
+	n, err := l.rx.avail()
+	l.life.RUnlock()
+	if err != nil {
+		l.fail(err)
+		return err
+	}
+	if n == 0 {
+		l.sleeps.Add(1)
+		start := time.Now()
+		if err := l.rxEvt.wait(idleWake); err != nil {
+			if e := l.Err(); e != nil {
+				return e
+			}
+			return fmt.Errorf("memif: waiting for interrupt: %w", err)
+		}
+		// A wake-up that polling would have caught soon enough makes
+		// polling worth it; a long sleep makes it less so.
+		if time.Since(start) < maxSpin {
+			l.spin = min(max(l.spin*2, 2*time.Microsecond), maxSpin)
+		} else {
+			l.spin /= 2
+		}
+	}
+	if err := l.enter(); err != nil {
+		return err
+	}
+	l.rx.arm(false)
+	l.life.RUnlock()
+	return nil
+}
+
+// pending reports whether frames are waiting.
+func (l *Link) pending() (bool, error) {
+	if err := l.enter(); err != nil {
+		return false, err
+	}
+	n, err := l.rx.avail()
+	l.life.RUnlock()
+	if err != nil {
+		l.fail(err)
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// watch reads the control channel after setup: a DISCONNECT or the
+// socket closing (the peer exited) fails the link.
+func (l *Link) watch() {
+	defer close(l.done)
+	for {
+		m, fd, err := l.ctrl.recv(time.Time{})
+		if err != nil {
+			if !l.closed.Load() {
+				l.fail(fmt.Errorf("%w: %w", errConnLost, err))
+			}
+			return
+		}
+		if fd >= 0 {
+			closeAll([]int{fd})
+		}
+		if m.Type() != MsgAck {
+			l.fail(fmt.Errorf("%w: unexpected %v after connecting", ErrProtocol, m.Type()))
+			return
+		}
+	}
+}
+
+// Close sends DISCONNECT, stops the link and releases the shared memory.
+// It is idempotent.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.fail(link.ErrClosed)
+	<-l.done
+	l.life.Lock()
+	l.rxEvt.close()
+	l.txEvt.close()
+	for i := range l.regs {
+		l.regs[i].close()
+	}
+	l.life.Unlock()
+	return nil
+}
