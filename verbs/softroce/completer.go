@@ -50,6 +50,9 @@ func (q *QP) complete(pkt *wire.Packet) {
 	if psnDiff(psn, q.req.highPSN) >= 0 {
 		return
 	}
+	if sb := q.comp.sb; sb != nil {
+		sb.reportAt(nanotime(), q.comp.rtt.srtt)
+	}
 	op := pkt.BTH.Opcode()
 	switch {
 	case op == wire.RCAcknowledge:
@@ -136,7 +139,7 @@ func (q *QP) ackUpTo(psn uint32) {
 		if sb := q.comp.sb; sb != nil {
 			sb.acked(q.comp.ackedPSN, psn)
 		}
-		q.comp.win.onAck(int(d))
+		q.comp.win.onAck(int(d), psn, q.req.highPSN)
 		q.comp.rtt.acked(psn, nanotime())
 		q.comp.ackedPSN = psn
 		q.progress()
@@ -236,7 +239,7 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 		return
 	}
 	w.readPkts++
-	q.comp.win.onAck(1)
+	q.comp.win.onAck(1, psn, q.req.highPSN)
 	q.comp.ackedPSN = psn
 	q.progress()
 	if w.readPkts == w.readReq {
@@ -267,7 +270,7 @@ func (q *QP) onAtomicAck(psn uint32, pkt *wire.Packet) {
 	}
 	w.done = true
 	q.req.rdAtomic--
-	q.comp.win.onAck(1)
+	q.comp.win.onAck(1, psn, q.req.highPSN)
 	q.comp.ackedPSN = psn
 	q.progress()
 	q.retire()

@@ -303,7 +303,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 				win: newSendWindow(q.dev.maxInflight, a.SQPSN)}
 			if q.selective {
 				q.comp.sb = newScoreboard(sackWindow)
-				q.comp.win = newSendWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
+				q.comp.win = newProportionalWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
 			}
 		}
 	case verbs.QPSErr:

@@ -93,6 +93,7 @@ func (q *QP) resend(idx uint32, w *sendWQE, psn uint32) {
 		return
 	}
 	q.notePSNSent(psn)
+	q.comp.win.onResent(1)
 }
 
 // onSelectiveNAK handles a selective NAK: psn is the first PSN the

@@ -288,10 +288,12 @@ func (w *sendWQE) swapOrAdd() uint64 {
 
 // notePSNSent counts retransmissions and advances highPSN.
 func (q *QP) notePSNSent(psn uint32) {
+	now := nanotime()
+	again := psnDiff(psn, q.req.highPSN) < 0
 	if sb := q.comp.sb; sb != nil {
-		sb.sent(psn)
+		sb.sent(psn, now, again)
 	}
-	if psnDiff(psn, q.req.highPSN) < 0 {
+	if again {
 		q.count(cRetransmits, 1)
 		if r := &q.comp.rtt; r.timing && r.psn == psn {
 			r.discard() // Karn: no sample from a packet sent twice
@@ -299,7 +301,7 @@ func (q *QP) notePSNSent(psn uint32) {
 		return
 	}
 	q.req.highPSN = psnAdd(psn, 1)
-	q.comp.rtt.sent(psn, nanotime())
+	q.comp.rtt.sent(psn, now)
 }
 
 // dataOpcode picks the opcode of one packet of a SEND or RDMA WRITE.

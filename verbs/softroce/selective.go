@@ -89,19 +89,28 @@ func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
 // finds first losses and lost retransmissions alike, and tolerates
 // reordering shorter than reorderPackets. Its ring covers size PSNs, at
 // least the QP's largest send window.
+//
+// A report that a resent PSN arrived may describe its earlier copy: a
+// report generated before the resend reached the responder. So a report
+// about a resent PSN is credited to the resend only once a smoothed round
+// trip has passed since it went out; an earlier one moves nothing, so that
+// a stale report does not declare the resend, and everything sent just
+// before it, lost again. Reports about PSNs sent once are always credible.
 type scoreboard struct {
 	seq    []uint32 // by PSN modulo len: transmission count when last sent
+	at     []int64  // by PSN modulo len: when last resent (ns); 0 if sent once
 	bits   []uint64 // by PSN modulo len: arrived past the cumulative ACK
 	txSeq  uint32   // transmissions so far (modular)
 	rack   uint32   // the latest transmission known to have arrived
 	sacked int      // PSNs past the cumulative ACK that arrived
 	high   uint32   // one past the highest PSN selectively acknowledged
 	any    bool     // high is set
+	recent int64    // transmissions after this time are too recent for the report at hand
 }
 
 // newScoreboard covers size PSNs, a power of two no larger than sackWindow.
 func newScoreboard(size int) *scoreboard {
-	return &scoreboard{seq: make([]uint32, size), bits: make([]uint64, (size+63)/64)}
+	return &scoreboard{seq: make([]uint32, size), at: make([]int64, size), bits: make([]uint64, (size+63)/64)}
 }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
@@ -127,12 +136,26 @@ func (s *scoreboard) setSacked(psn uint32, on bool) {
 // later reports whether transmission a came after transmission b.
 func later(a, b uint32) bool { return int32(a-b) > 0 }
 
+// reportAt starts handling a report that came in at now; srtt is the
+// smoothed round trip (0 before the first sample).
+func (s *scoreboard) reportAt(now, srtt int64) { s.recent = now - srtt }
+
+// credible reports whether the report at hand can describe psn's latest
+// transmission.
+func (s *scoreboard) credible(psn uint32) bool {
+	at := s.at[s.index(psn)]
+	return at == 0 || at <= s.recent
+}
+
 // arrived records that psn arrived, placed or not. One that arrived and
 // was not placed (the responder places past a gap only what can be placed
 // on its own) must be sent again, and so must everything unplaced that
 // was sent before it: waiting for later arrivals to prove it lost could
 // wait for a timeout when the window holds the later packets back.
 func (s *scoreboard) arrived(psn uint32) {
+	if !s.credible(psn) {
+		return
+	}
 	if s.isSacked(psn) {
 		s.noteArrived(psn)
 		return
@@ -143,16 +166,21 @@ func (s *scoreboard) arrived(psn uint32) {
 }
 
 func (s *scoreboard) noteArrived(psn uint32) {
-	if q := s.seq[s.index(psn)]; later(q, s.rack) {
+	if q := s.seq[s.index(psn)]; later(q, s.rack) && s.credible(psn) {
 		s.rack = q
 	}
 }
 
-// sent records a transmission of psn, new or repeated.
-func (s *scoreboard) sent(psn uint32) {
+// sent records a transmission of psn at now; again says it was sent
+// before.
+func (s *scoreboard) sent(psn uint32, now int64, again bool) {
 	s.setSacked(psn, false)
 	s.txSeq++
-	s.seq[s.index(psn)] = s.txSeq
+	i := s.index(psn)
+	s.seq[i], s.at[i] = s.txSeq, 0
+	if again {
+		s.at[i] = max(now, 1)
+	}
 }
 
 // sack records that psn arrived past a gap.

@@ -49,10 +49,11 @@ func TestRecvBitmap(t *testing.T) {
 
 func TestScoreboard(t *testing.T) {
 	s := newScoreboard(64)
+	s.reportAt(1000, 0)
 	base := uint32(wire.PSNMask - 4)
 	psn := func(i int) uint32 { return psnAdd(base, uint32(i)) }
 	for i := range 10 {
-		s.sent(psn(i))
+		s.sent(psn(i), 0, false)
 	}
 	for i := 5; i <= 8; i++ {
 		s.sack(psn(i))
@@ -69,7 +70,7 @@ func TestScoreboard(t *testing.T) {
 			t.Errorf("lost(%d) = %v, want %v", i, s.lost(psn(i)), want)
 		}
 	}
-	s.sent(psn(4)) // resent: transmission 11
+	s.sent(psn(4), 1, true) // resent: transmission 11
 	if s.lost(psn(4)) {
 		t.Error("a PSN just resent counts as lost")
 	}
@@ -78,7 +79,7 @@ func TestScoreboard(t *testing.T) {
 		t.Error("an arrival sent before the resend made it lost")
 	}
 	for i := 10; i < 13; i++ {
-		s.sent(psn(i)) // transmissions 12..14
+		s.sent(psn(i), 0, false) // transmissions 12..14
 	}
 	s.sack(psn(12))
 	if !s.lost(psn(4)) {
@@ -91,5 +92,44 @@ func TestScoreboard(t *testing.T) {
 	s.acked(psn(9), psn(12))
 	if s.sacked != 0 || s.any {
 		t.Fatalf("after a cumulative ACK to 12: %d sacked, any %v", s.sacked, s.any)
+	}
+}
+
+// TestScoreboardStaleReport: a report that the responder got a PSN, coming
+// in sooner than a smoothed round trip after that PSN was resent, describes the
+// earlier copy; it must not declare the resend, or what was sent before
+// it, lost.
+func TestScoreboardStaleReport(t *testing.T) {
+	const rtt = 100
+	s := newScoreboard(64)
+	for i := range uint32(8) {
+		s.sent(i, 0, false)
+	}
+	s.reportAt(rtt, rtt)
+	s.sack(5)
+	s.sack(6)
+	s.arrived(7) // arrived, and the responder could not place it
+	for i, want := range []bool{true, true, true, true, true, false, false, true} {
+		if s.lost(uint32(i)) != want {
+			t.Fatalf("lost(%d) = %v, want %v", i, s.lost(uint32(i)), want)
+		}
+	}
+	for _, p := range []uint32{0, 1, 2, 3, 4, 7} {
+		s.sent(p, rtt+10, true) // resent
+	}
+	// A second report of the first copy of 7, a moment later.
+	s.reportAt(rtt+20, rtt)
+	s.arrived(7)
+	for _, p := range []uint32{0, 1, 2, 3, 4, 7} {
+		if s.lost(p) {
+			t.Errorf("a stale report made the resend of %d lost", p)
+		}
+	}
+	// A round trip later, a report that 7 arrived unplaced again is about
+	// the resend: what was resent before it is lost.
+	s.reportAt(2*rtt+20, rtt)
+	s.arrived(7)
+	if !s.lost(0) || !s.lost(7) {
+		t.Error("a report a round trip after the resend did not count")
 	}
 }

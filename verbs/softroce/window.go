@@ -1,51 +1,120 @@
 package softroce
 
-// The requester's send window. Go-back-N resends everything after a lost
-// packet, so a window much larger than the path's loss allows turns each
-// loss into a burst of retransmissions. The window therefore follows the
-// loss evidence, Reno style: it halves on a sequence NAK or a READ
-// response gap (once per window of data), falls to the minimum on a local
-// ACK timeout, and grows back, exponentially up to the last threshold and
-// by one packet per window after that. It starts at the device's
-// MaxInflight, the size a clean path needs.
+import "github.com/rsock-go/rsock/verbs/softroce/wire"
+
+// The requester's send window, in packets.
+//
+// Go-back-N resends everything after a lost packet, so a window much
+// larger than the path's loss allows turns each loss into a burst of
+// retransmissions. Its window therefore follows the loss evidence, Reno
+// style: it halves on a sequence NAK or a READ response gap (once per
+// window of data), falls to the minimum on a local ACK timeout, and grows
+// back, exponentially up to the last threshold and by one packet per
+// window after that.
+//
+// Selective repeat resends only what was lost, so a loss costs one packet,
+// not a window, and the window answers the rate of loss instead of each
+// loss event (as DCTCP answers the fraction of marked packets): at the end
+// of each round trip (a window of data acknowledged) it shrinks by half
+// the fraction of that round's packets that were lost. Scattered random
+// loss, which shrinking cannot cure, barely moves it (1% loss costs 0.5%
+// of the window per round trip); a round that loses everything halves it,
+// so it still halves at most once per round trip. It grows back by one
+// packet per 16 acknowledged (a sixteenth per round trip), so that it
+// regains its size in a few dozen round trips where Reno's one packet per
+// round trip would take hundreds.
+//
+// Both start at the device's MaxInflight, the size a clean path needs.
 
 // minWindow is the smallest send window, in packets.
 const minWindow = 8
+
+// proportionalGrowth is how many acknowledged packets grow a
+// selective-repeat window above its threshold by one packet.
+const proportionalGrowth = 16
 
 // sendWindow is a congestion window in packets.
 type sendWindow struct {
 	cwnd     int    // packets allowed in flight
 	ssthresh int    // below it the window grows by one per acknowledged packet
 	acked    int    // packets acknowledged toward the next +1 above ssthresh
-	recover  uint32 // losses before this PSN belong to an event already counted
+	recover  uint32 // go-back-N: losses before this PSN belong to an event already counted
 	max      int
+
+	// Selective repeat: the loss rate of each round trip.
+	proportional bool
+	roundEnd     uint32 // the round ends once this PSN is acknowledged
+	roundAcked   int    // packets acknowledged in the round
+	roundLost    int    // packets resent as lost in the round
 }
 
+// newSendWindow returns a go-back-N window of max packets; psn is the
+// first PSN to be sent.
 func newSendWindow(max int, psn uint32) sendWindow {
 	return sendWindow{cwnd: max, ssthresh: max, max: max, recover: psn}
 }
 
-// onAck grows the window for n newly acknowledged packets.
-func (w *sendWindow) onAck(n int) {
+// newProportionalWindow returns a selective-repeat window of max packets.
+func newProportionalWindow(max int, psn uint32) sendWindow {
+	w := newSendWindow(max, psn)
+	w.proportional = true
+	w.roundEnd = psn
+	return w
+}
+
+// onAck grows the window for n newly acknowledged packets; acked is the
+// newest PSN acknowledged and high one past the highest PSN sent.
+func (w *sendWindow) onAck(n int, acked, high uint32) {
+	if w.proportional {
+		w.roundAcked += n
+		if psnDiff(acked, w.roundEnd) >= 0 {
+			w.endRound(high)
+		}
+	}
 	if w.cwnd < w.ssthresh {
 		w.cwnd = min(w.cwnd+n, w.ssthresh)
 		return
 	}
 	w.acked += n
-	for w.acked >= w.cwnd && w.cwnd < w.max {
-		w.acked -= w.cwnd
+	step := w.cwnd
+	if w.proportional {
+		step = proportionalGrowth
+	}
+	for w.acked >= step && w.cwnd < w.max {
+		w.acked -= step
 		w.cwnd++
+		if !w.proportional {
+			step = w.cwnd
+		}
 	}
 	if w.cwnd >= w.max {
 		w.acked = 0
 	}
 }
 
-// onLoss shrinks the window after a loss at psn; high is one past the
-// highest PSN sent. Losses within the window that was in flight at the
-// last reduction do not shrink it again.
+// endRound applies the loss rate of the round that just ended and starts
+// the next, which ends with the PSNs sent so far.
+func (w *sendWindow) endRound(high uint32) {
+	if lost := w.roundLost; lost > 0 {
+		cut := w.cwnd * lost / (2 * (w.roundAcked + lost))
+		w.cwnd = max(w.cwnd-max(cut, 1), minWindow)
+		w.ssthresh = w.cwnd
+		w.acked = 0
+	}
+	w.roundEnd = psnAdd(high, wire.PSNMask)
+	w.roundAcked, w.roundLost = 0, 0
+}
+
+// onResent counts n packets sent again because they were lost
+// (selective repeat).
+func (w *sendWindow) onResent(n int) { w.roundLost += n }
+
+// onLoss shrinks a go-back-N window after a loss at psn; high is one past
+// the highest PSN sent. Losses within the window that was in flight at the
+// last reduction do not shrink it again. A selective-repeat window counts
+// its losses with onResent instead.
 func (w *sendWindow) onLoss(psn, high uint32) {
-	if psnDiff(psn, w.recover) < 0 {
+	if w.proportional || psnDiff(psn, w.recover) < 0 {
 		return
 	}
 	w.ssthresh = max(w.cwnd/2, minWindow)
@@ -60,6 +129,8 @@ func (w *sendWindow) onTimeout(high uint32) {
 	w.cwnd = minWindow
 	w.acked = 0
 	w.recover = high
+	w.roundEnd = psnAdd(high, wire.PSNMask)
+	w.roundAcked, w.roundLost = 0, 0
 }
 
 // rttEstimator measures round trips as RFC 6298 does, one sample at a
