@@ -3,6 +3,7 @@ package memif
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -81,6 +82,9 @@ func (c *control) recv(deadline time.Time) (Msg, int, error) {
 	fds := parseRights(c.oob[:oobn])
 	if err != nil {
 		closeAll(fds)
+		if errors.Is(err, io.EOF) {
+			return nil, -1, fmt.Errorf("memif: control socket closed by peer: %w", err)
+		}
 		return nil, -1, fmt.Errorf("memif: control socket: %w", err)
 	}
 	if n == 0 && oobn == 0 {

@@ -38,14 +38,14 @@ func Dial(path, secret string, cfg Config) (*Link, error) {
 
 // clientSetup is what a client creates before offering it.
 type clientSetup struct {
-	reg        region
-	log2       uint8
-	c2s, s2c   int // ring offsets in the region
-	evC2S      int // eventfds, -1 once handed over
-	evS2C      int
-	bufC2S     uint32
-	bufS2C     uint32
-	bufSize    uint32
+	reg      region
+	log2     uint8
+	c2s, s2c int // ring offsets in the region
+	evC2S    int // eventfds, -1 once handed over
+	evS2C    int
+	bufC2S   uint32
+	bufS2C   uint32
+	bufSize  uint32
 }
 
 func (s *clientSetup) release() {

@@ -312,3 +312,42 @@ func TestLocalCloseWakesRecv(t *testing.T) {
 		t.Fatal("Recv not woken by Close")
 	}
 }
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func TestNoFDLeak(t *testing.T) {
+	before := openFDs(t)
+	for range 3 {
+		path := sockPath(t)
+		ln, err := Listen(path, testSecret, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan *Link, 1)
+		go func() {
+			l, _ := ln.Accept()
+			done <- l
+		}()
+		cli, err := Dial(path, testSecret, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := <-done
+		if err := cli.Send([]link.Packet{{Buf: mkPkt(64, 0), N: 64, Addr: addrA}}); err != nil {
+			t.Fatal(err)
+		}
+		recvN(t, srv, 1)
+		cli.Close()
+		srv.Close()
+		ln.Close()
+	}
+	if after := openFDs(t); after != before {
+		t.Fatalf("%d descriptors open before, %d after", before, after)
+	}
+}

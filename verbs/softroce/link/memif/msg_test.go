@@ -152,6 +152,7 @@ func FuzzMsg(f *testing.F) {
 		h := m.Hello().Fields()
 		m2 := make(Msg, MsgLen)
 		m2.Hello().Encode(&h)
+		h.Name = h.Name[:min(len(h.Name), NameLen-1)] // a full field loses its last byte to the NUL
 		if m2.Hello().Fields() != h {
 			t.Fatal("HELLO round trip")
 		}

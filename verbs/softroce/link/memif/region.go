@@ -61,7 +61,7 @@ func mapRegion(fd int, size uint64) (region, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < 0 || uint64(st.Size) < size {
 		r.close()
-		return region{fd: -1}, fmt.Errorf("%w: file of %d bytes (mode %#o) for a %d-byte region", errRegion, st.Size, st.Mode, size)
+		return region{fd: -1}, fmt.Errorf("%w: file of %d bytes for a %d-byte region (mode %#o)", errRegion, st.Size, size, st.Mode)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {

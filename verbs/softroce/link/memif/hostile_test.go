@@ -1,0 +1,260 @@
+package memif
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+)
+
+// recvErr calls Recv until it fails, or fails the test after a while.
+func recvErr(t *testing.T, l *Link) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		pkts := make([]link.Packet, 8)
+		for {
+			if _, err := l.Recv(pkts); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		l.Close()
+		<-errc
+		t.Fatal("Recv did not fail")
+		return nil
+	}
+}
+
+// peerSees checks that the other side learned why the link failed.
+func peerSees(t *testing.T, peer *Link, want string) {
+	t.Helper()
+	err := recvErr(t, peer)
+	var de *DisconnectError
+	if !errors.As(err, &de) || !strings.Contains(de.Reason, want) {
+		t.Fatalf("peer got %v, want a DISCONNECT mentioning %q", err, want)
+	}
+}
+
+func TestHostileC2S(t *testing.T) {
+	cases := []struct {
+		name  string
+		write func(r Ring, size int, regLen int)
+		want  string
+	}{
+		{"offset beyond region", func(r Ring, size, regLen int) {
+			r.Desc(0).Encode(0, 0, 100, uint32(regLen-10), 0)
+			r.StoreHead(1)
+		}, "out of bounds"},
+		{"length overflows", func(r Ring, size, regLen int) {
+			r.Desc(0).Encode(0, 0, 0xffffffff, 16, 0)
+			r.StoreHead(1)
+		}, "out of bounds"},
+		{"unknown region", func(r Ring, size, regLen int) {
+			r.Desc(0).Encode(0, 5, 10, 0, 0)
+			r.StoreHead(1)
+		}, "region 5"},
+		{"head beyond ring", func(r Ring, size, regLen int) {
+			r.StoreHead(uint16(size + 1))
+		}, "head"},
+		{"head moved back", func(r Ring, size, regLen int) {
+			r.StoreHead(0xffff)
+		}, "head"},
+		{"chain fills ring", func(r Ring, size, regLen int) {
+			for i := range size {
+				r.Desc(i).Encode(DescNext, 0, 8, 0, 0)
+			}
+			r.StoreHead(uint16(size))
+		}, "whole ring"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+			// The client's mapping of the C2S ring, written behind its
+			// link's back.
+			c.write(cli.tx.ring, int(cli.tx.size), len(cli.regs[0].mem))
+			err := recvErr(t, srv)
+			if !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Recv: %v, want ErrRing mentioning %q", err, c.want)
+			}
+			peerSees(t, cli, "corrupt ring")
+			if err := srv.Send([]link.Packet{{Buf: mkPkt(20, 0), N: 20, Addr: addrB}}); !errors.Is(err, ErrRing) {
+				t.Fatalf("Send on the failed link: %v", err)
+			}
+		})
+	}
+}
+
+func TestLongChain(t *testing.T) {
+	srv, cli := pair(t, Config{}, Config{Log2RingSize: 8})
+	r := cli.tx.ring
+	for i := range maxChain + 1 {
+		r.Desc(i).Encode(DescNext, 0, 8, 0, 0)
+	}
+	r.StoreHead(maxChain + 1)
+	if err := recvErr(t, srv); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "chain longer") {
+		t.Fatalf("Recv: %v", err)
+	}
+}
+
+func TestHostileS2C(t *testing.T) {
+	t.Run("tail beyond offered buffers", func(t *testing.T) {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+		srv.tx.ring.StoreTail(17)
+		if err := recvErr(t, cli); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "offered") {
+			t.Fatalf("Recv: %v", err)
+		}
+		peerSees(t, srv, "corrupt ring")
+	})
+	t.Run("filled descriptor out of bounds", func(t *testing.T) {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+		srv.tx.ring.Desc(0).Encode(0, 0, 64, 0xfffffff0, 0)
+		srv.tx.ring.StoreTail(1)
+		if err := recvErr(t, cli); !errors.Is(err, ErrRing) {
+			t.Fatalf("Recv: %v", err)
+		}
+	})
+	t.Run("offered buffer out of bounds", func(t *testing.T) {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+		cli.rx.ring.Desc(0).Encode(0, 0, 2048, 0xfffff000, 0)
+		err := srv.Send([]link.Packet{{Buf: mkPkt(64, 0), N: 64, Addr: addrB}})
+		if !errors.Is(err, ErrRing) {
+			t.Fatalf("Send: %v", err)
+		}
+	})
+	t.Run("head far ahead of tail", func(t *testing.T) {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+		cli.rx.ring.StoreHead(0x4000)
+		err := srv.Send([]link.Packet{{Buf: mkPkt(64, 0), N: 64, Addr: addrB}})
+		if !errors.Is(err, ErrRing) {
+			t.Fatalf("Send: %v", err)
+		}
+	})
+	t.Run("client tail moved", func(t *testing.T) {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+		srv.rx.ring.StoreTail(0x8000)
+		err := cli.Send([]link.Packet{{Buf: mkPkt(64, 0), N: 64, Addr: addrA}})
+		if !errors.Is(err, ErrRing) {
+			t.Fatalf("Send: %v", err)
+		}
+	})
+}
+
+// TestMovingHead has a hostile client rewrite descriptors and the head of
+// its ring at random while the server receives: the server must neither
+// crash nor touch memory outside the region, and either drops the garbage
+// or fails with ErrRing.
+func TestMovingHead(t *testing.T) {
+	srv, cli := pair(t, Config{}, Config{Log2RingSize: 5})
+	r := cli.tx.ring
+	size := int(cli.tx.size)
+	regLen := len(cli.regs[0].mem)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			i := rng.IntN(size)
+			off := uint32(rng.IntN(regLen))
+			r.Desc(i).Encode(uint16(rng.IntN(2)), 0, uint32(rng.IntN(regLen-int(off)+1)), off, 0)
+			// A head anywhere from the tail to a full ring ahead of it.
+			r.StoreHead(r.Tail() + uint16(rng.IntN(size+1)))
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() {
+		pkts := make([]link.Packet, 8)
+		for {
+			if _, err := srv.Recv(pkts); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(200 * time.Millisecond):
+		srv.Close()
+		err = <-errc
+	}
+	close(stop)
+	wg.Wait()
+	if !errors.Is(err, ErrRing) && !errors.Is(err, link.ErrClosed) {
+		t.Fatalf("Recv: %v", err)
+	}
+	t.Logf("ended with %v after dropping %d frames", err, srv.Stats().RxDropped)
+}
+
+// FuzzRing runs both receivers and the server's sender over a ring and
+// region filled with arbitrary bytes. Whatever the contents, they end
+// (no endless chain) and never index outside the region (the Go bounds
+// checks would panic).
+func FuzzRing(f *testing.F) {
+	const log2 = 3
+	rl := RingLen(log2)
+	seed := make([]byte, rl+256)
+	r := Ring(seed[:rl])
+	r.Init()
+	for i := range 8 {
+		r.Desc(i).Encode(uint16(i&1), 0, 32, uint32(rl+i*32), 0)
+	}
+	r.StoreHead(8)
+	r.StoreTail(4)
+	f.Add(seed, uint16(0), uint16(8))
+	f.Fuzz(func(t *testing.T, b []byte, last, offered uint16) {
+		if len(b) < rl {
+			return
+		}
+		mem := make([]byte, len(b)) // 8-aligned, as atomics need
+		copy(mem, b)
+		regs := []region{{mem: mem, fd: -1}}
+		ring := Ring(mem[:rl])
+		dst := make([]byte, 300)
+		for _, client := range []bool{false, true} {
+			q := rxQueue{ring: ring, regs: regs, size: 1 << log2, client: client, last: last,
+				offered: last + offered%9, bufSize: 8, bufBase: uint32(rl)}
+			if client && int(q.bufBase)+8*8 > len(mem) {
+				continue
+			}
+			n, err := q.avail()
+			if err != nil {
+				continue
+			}
+			for used := 0; used < n; {
+				k, slots, res, err := q.next(dst, used, n-used)
+				if err != nil || res == rxIncomplete {
+					break
+				}
+				if slots == 0 || k > len(dst) {
+					t.Fatalf("next: %d bytes in %d slots", k, slots)
+				}
+				used += slots
+			}
+			q.release(n)
+		}
+		tq := txQueue{ring: ring, regs: regs, size: 1 << log2, idx: last}
+		if free, err := tq.free(); err == nil {
+			frame := make([]byte, 100)
+			if _, err := tq.put([][]byte{frame[:40], frame[40:]}, 100, free); err == nil {
+				tq.publish()
+			}
+		}
+	})
+}
