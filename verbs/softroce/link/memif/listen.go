@@ -26,7 +26,11 @@ type Listener struct {
 // Listen creates a memif server socket at path. The directory holding it
 // must be accessible to its owner only (mode 0700 or stricter), since the
 // socket is the way into the shared memory; the socket itself is made
-// 0600. The socket file is removed by Close.
+// 0600. The socket file is removed by Close. Connected links do not need
+// it: a server expecting one client can Close the listener right after
+// Accept, so that no socket file outlives the process even if it is
+// killed later. A path starting with '@' names an abstract socket (no
+// file; DPDK's default).
 func Listen(path, secret string, cfg Config) (*Listener, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
