@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -384,4 +385,29 @@ func FuzzServerHandshake(f *testing.F) {
 			t.Fatal("no link and no error")
 		}
 	})
+}
+
+func TestAbstractSocket(t *testing.T) {
+	name := "@rsock-memif-test-" + strconv.Itoa(os.Getpid())
+	ln, err := Listen(name, testSecret, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		l, err := ln.Accept()
+		if l != nil {
+			l.Close()
+		}
+		done <- err
+	}()
+	l, err := Dial(name, testSecret, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,17 +40,23 @@ func Listen(path, secret string, cfg Config) (*Listener, error) {
 	if err := checkSecret(secret); err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("memif: socket directory: %w", err)
-	}
-	if !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("memif: socket directory %s has mode %v, want 0700", dir, st.Mode())
+	abstract := strings.HasPrefix(path, "@")
+	if !abstract {
+		dir := filepath.Dir(path)
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("memif: socket directory: %w", err)
+		}
+		if !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("memif: socket directory %s has mode %v, want 0700", dir, st.Mode())
+		}
 	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		return nil, fmt.Errorf("memif: listening on %s: %w", path, err)
+	}
+	if abstract {
+		return &Listener{ln: ln, path: path, secret: secret, cfg: c}, nil
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
