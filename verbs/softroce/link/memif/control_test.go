@@ -411,3 +411,47 @@ func TestAbstractSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzClientHandshake plays a server sending arbitrary bytes, cut into
+// datagrams, to the client side of the handshake.
+func FuzzClientHandshake(f *testing.F) {
+	m := make(Msg, MsgLen)
+	m.Reset(MsgHello)
+	m.Hello().Encode(&HelloFields{MinVersion: Version, MaxVersion: Version, MaxLog2RingSize: 4})
+	ack := make(Msg, MsgLen)
+	ack.Reset(MsgAck)
+	seed := append(append([]byte(nil), m...), ack...)
+	f.Add(seed, uint8(128))
+	f.Add([]byte{2, 0}, uint8(1))
+	f.Fuzz(func(t *testing.T, b []byte, cut uint8) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cliFile, srvFile := os.NewFile(uintptr(fds[0]), "cli"), os.NewFile(uintptr(fds[1]), "srv")
+		cc, err := net.FileConn(cliFile)
+		cliFile.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		defer srvFile.Close()
+		unix.SetNonblock(fds[1], true)
+		step := max(int(cut), 1)
+		for len(b) > 0 {
+			n := min(step, len(b))
+			if _, err := unix.Write(fds[1], b[:n]); err != nil {
+				break
+			}
+			b = b[n:]
+		}
+		unix.Shutdown(fds[1], unix.SHUT_WR)
+		cfg, _ := (&Config{Log2RingSize: 4}).withDefaults()
+		l, err := clientHandshake(&control{c: cc.(*net.UnixConn)}, testSecret, cfg, time.Now().Add(time.Second))
+		if l != nil {
+			l.Close()
+		} else if err == nil {
+			t.Fatal("no link and no error")
+		}
+	})
+}

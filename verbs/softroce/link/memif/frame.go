@@ -86,7 +86,7 @@ func decodeFrame(f []byte) (ipUDP, pkt []byte, src netip.AddrPort, ok bool) {
 		}
 		u = wire.UDP(ip.Payload())
 		srcIP = ip.Src()
-		ipUDP = rest[:wire.IPv4MinLen+wire.UDPLen]
+		ipUDP = rest[: wire.IPv4MinLen+wire.UDPLen : wire.IPv4MinLen+wire.UDPLen]
 	case wire.EtherTypeIPv6:
 		ip := wire.IPv6(rest)
 		if !ip.IsValid(len(rest)) || ip.NextHeader() != wire.IPProtoUDP {
@@ -94,7 +94,7 @@ func decodeFrame(f []byte) (ipUDP, pkt []byte, src netip.AddrPort, ok bool) {
 		}
 		u = wire.UDP(ip.Payload())
 		srcIP = ip.Src()
-		ipUDP = rest[:wire.IPv6Len+wire.UDPLen]
+		ipUDP = rest[: wire.IPv6Len+wire.UDPLen : wire.IPv6Len+wire.UDPLen]
 	default:
 		return nil, nil, src, false
 	}
