@@ -273,6 +273,15 @@ func (l *Listener) sniff(c net.Conn) (Accepted, bool) {
 			break
 		}
 		if err != nil {
+			if n == 0 && isTimeout(err) {
+				// Silent so far: a plain client that waits for the
+				// server, or an rsock dialer whose preface was lost.
+				if err := c.SetReadDeadline(time.Time{}); err != nil {
+					c.Close()
+					return Accepted{}, false
+				}
+				return Accepted{Conn: NewGuardedConn(c)}, true
+			}
 			if err == io.EOF || isTimeout(err) {
 				return plain(buf[:n])
 			}

@@ -1,12 +1,14 @@
 package fallback
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -23,7 +25,19 @@ type ReplayConn struct {
 	prefix  []byte
 	rdl     time.Time // read deadline, for reads served from prefix
 	closed  bool
+
+	// guard is set while the first bytes are still to be checked for a
+	// late rsock preface; gmu serialises that check (it reads from the
+	// wrapped conn, so it does not hold mu).
+	guard atomic.Bool
+	gmu   sync.Mutex
 }
+
+// ErrLatePreface is wrapped by the error a guarded conn (see
+// NewGuardedConn) returns when its first bytes are an rsock preface that
+// came after the sniff gave up. It wraps ECONNRESET: the conn is reset, so
+// that the dialer starts over.
+var ErrLatePreface = fmt.Errorf("fallback: an rsock preface came after the sniff timeout; the connection was reset so that the dialer starts over: %w", syscall.ECONNRESET)
 
 // NewReplayConn returns a conn that reads prefix and then c. It takes
 // ownership of prefix.
@@ -34,6 +48,70 @@ func NewReplayConn(c net.Conn, prefix []byte) *ReplayConn {
 		rc.pending.Store(true)
 	}
 	return rc
+}
+
+// NewGuardedConn returns a conn for a client that sent nothing before the
+// sniff timeout. Its first bytes are checked before they are returned: if
+// they are an rsock preface (an rsock dialer whose preface was lost and
+// sent again, on a lossy path), reads fail with ErrLatePreface and the
+// connection is reset, so that the application never reads the handshake
+// as data. Anything else is returned as it came.
+func NewGuardedConn(c net.Conn) *ReplayConn {
+	rc := &ReplayConn{Conn: c}
+	rc.guard.Store(true)
+	return rc
+}
+
+// checkGuard reads the first bytes of a guarded conn until they either
+// differ from the preface (they become the replayed prefix) or are all of
+// it (the conn is reset).
+func (c *ReplayConn) checkGuard() error {
+	if !c.guard.Load() {
+		return nil
+	}
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	if !c.guard.Load() {
+		return nil
+	}
+	var buf [len(Preface)]byte
+	n := 0
+	for {
+		m, err := c.Conn.Read(buf[n:])
+		for i := n; i < n+m; i++ {
+			if i != prefaceVerIdx && buf[i] != Preface[i] {
+				c.keep(buf[:n+m])
+				return nil
+			}
+		}
+		n += m
+		if n == len(buf) {
+			c.guard.Store(false)
+			if l, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
+				l.SetLinger(0) // reset, so the dialer does not wait
+			}
+			c.Conn.Close()
+			return c.opErr("read", ErrLatePreface)
+		}
+		if err != nil {
+			if n > 0 && !errors.Is(err, net.ErrClosed) {
+				// Return what came first; the next read of the wrapped
+				// conn reports the error again.
+				c.keep(buf[:n])
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// keep ends the guard with b, the bytes it read, to be replayed.
+func (c *ReplayConn) keep(b []byte) {
+	c.mu.Lock()
+	c.prefix = append(c.prefix, b...)
+	c.pending.Store(true)
+	c.mu.Unlock()
+	c.guard.Store(false)
 }
 
 func (c *ReplayConn) opErr(op string, err error) error {
@@ -73,13 +151,20 @@ func (c *ReplayConn) readPrefix(p []byte) (n int, ok bool, err error) {
 // Read reads replayed bytes first, then from the wrapped conn. A read served
 // from the replayed bytes never blocks and never mixes in wrapped-conn bytes.
 func (c *ReplayConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := c.checkGuard(); err != nil {
+		return 0, err
+	}
 	if n, ok, err := c.readPrefix(p); ok {
 		return n, err
 	}
 	return c.Conn.Read(p)
 }
 
-// Buffered returns how many replayed bytes have not been read yet.
+// Buffered returns how many replayed bytes have not been read yet. A
+// guarded conn whose first bytes were not read yet has none.
 func (c *ReplayConn) Buffered() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -146,6 +231,9 @@ func (c *ReplayConn) ReadFrom(r io.Reader) (int64, error) {
 // WriteTo writes the replayed bytes to w, then copies the wrapped conn to w
 // (with the wrapped conn's WriteTo when it has one) until EOF or an error.
 func (c *ReplayConn) WriteTo(w io.Writer) (int64, error) {
+	if err := c.checkGuard(); err != nil {
+		return 0, err
+	}
 	var total int64
 	var buf [512]byte
 	for {

@@ -69,6 +69,15 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		return nil, err
 	}
 	conn, plain, err := d.negotiate(ctx, c, set)
+	if plain == maybePlain && errors.Is(err, syscall.ECONNRESET) {
+		// An rsock listener resets a connection whose preface came after
+		// its sniff gave up (a lost segment on a lossy path): try once more.
+		c.Close()
+		if c, err = d.Dialer.DialContext(ctx, network, address); err != nil {
+			return nil, err
+		}
+		conn, plain, err = d.negotiate(ctx, c, set)
+	}
 	if plain != notPlain {
 		// The server did not answer like an rsock listener, and it has
 		// seen our preface: start again without it. Remember the address

@@ -518,3 +518,53 @@ func servePlain(t *testing.T, handle func(net.Conn)) string {
 	}()
 	return inner.Addr().String()
 }
+
+// TestLatePreface: a listener whose sniff gives up before the dialer's
+// preface arrives (as when the preface is lost on a lossy path and sent
+// again after TCP's RTO) resets the connection instead of handing the
+// handshake to the application as data; the dialer tries again and ends
+// on TCP with its data intact.
+func TestLatePreface(t *testing.T) {
+	ln := listen(t, ListenConfig{SniffTimeout: time.Nanosecond})
+	var mu sync.Mutex
+	var firstReads [][]byte
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				s.SetDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 64<<10)
+				n, err := s.Read(buf)
+				mu.Lock()
+				firstReads = append(firstReads, append([]byte(nil), buf[:n]...))
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+				s.Write(buf[:n])
+				io.Copy(s, s)
+			}()
+		}
+	}()
+	c, err := Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if transport(c) != "tcp" || !strings.Contains(c.(*Conn).FallbackReason(), "did not complete the rsock handshake") {
+		t.Fatalf("transport %q, reason %q", transport(c), c.(*Conn).FallbackReason())
+	}
+	echoCheckSelf(t, c, 4096)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range firstReads {
+		if bytes.HasPrefix(b, []byte("RSOCK")) {
+			t.Fatalf("the application read the rsock handshake as data: %q", b[:min(len(b), 32)])
+		}
+	}
+}
