@@ -280,7 +280,10 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	lc := netconn.ListenConfig{Provider: f.provider}
+	// rsockbench's clients speak first, so a long sniff costs nothing, and
+	// it rides out a preface lost on a lossy path (TCP sends it again
+	// after at least 200 ms, the default sniff).
+	lc := netconn.ListenConfig{Provider: f.provider, SniffTimeout: 2 * time.Second}
 	rln, err := lc.Listen(ctx, "tcp", f.addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)
