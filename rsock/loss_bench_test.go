@@ -19,7 +19,7 @@ import (
 // its clean-path reference. Reported per run: goodput, and per MiB the
 // packets sent again and the timeouts.
 //
-//	go test -run '^$' -bench LossyStream -benchtime 32MiB... ./rsock/
+//	go test -run '^$' -bench LossyStream -benchtime 16x ./rsock/
 func BenchmarkLossyStream(b *testing.B) {
 	for _, loss := range []float64{0, 0.001, 0.01, 0.05, 0.2} {
 		for _, gbn := range []bool{false, true} {

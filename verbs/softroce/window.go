@@ -20,9 +20,12 @@ import "github.com/rsock-go/rsock/verbs/softroce/wire"
 // loss, which shrinking cannot cure, barely moves it (1% loss costs 0.5%
 // of the window per round trip); a round that loses everything halves it,
 // so it still halves at most once per round trip. It grows back by one
-// packet per 16 acknowledged (a sixteenth per round trip), so that it
-// regains its size in a few dozen round trips where Reno's one packet per
-// round trip would take hundreds.
+// packet per 8 acknowledged (an eighth per round trip), so that it regains
+// its size in a few round trips where Reno's one packet per round trip
+// would take hundreds. The two balance at 25% loss: below that a window
+// stays large enough to keep reports coming, where a small window turns
+// each lost report into a timeout; above it, or when a queue overflows
+// (where loss grows with the window), it shrinks.
 //
 // Both start at the device's MaxInflight, the size a clean path needs.
 
@@ -31,7 +34,7 @@ const minWindow = 8
 
 // proportionalGrowth is how many acknowledged packets grow a
 // selective-repeat window above its threshold by one packet.
-const proportionalGrowth = 16
+const proportionalGrowth = 8
 
 // sendWindow is a congestion window in packets.
 type sendWindow struct {

@@ -4,7 +4,7 @@ import "testing"
 
 // TestProportionalWindow: a selective-repeat window shrinks at the end of
 // each round trip by half the fraction of the round's packets lost, at
-// most to half, and grows back by one packet per 16 acknowledged.
+// most to half, and grows back by one packet per 8 acknowledged.
 func TestProportionalWindow(t *testing.T) {
 	w := newProportionalWindow(512, 0)
 	high := uint32(512) // a full window in flight
@@ -27,11 +27,11 @@ func TestProportionalWindow(t *testing.T) {
 	if w.cwnd != 256 {
 		t.Fatalf("after a round that lost everything: cwnd %d, want 256", w.cwnd)
 	}
-	// Growth: one packet per 16 acknowledged.
+	// Growth: one packet per 8 acknowledged.
 	high = 1022 + 256
 	w.onAck(160, 1021+160, high)
-	if w.cwnd != 266 {
-		t.Fatalf("after 160 packets acknowledged: cwnd %d, want 266", w.cwnd)
+	if w.cwnd != 276 {
+		t.Fatalf("after 160 packets acknowledged: cwnd %d, want 276", w.cwnd)
 	}
 	// Losses never take it below minWindow.
 	for range 20 {
