@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Interop of the memif link with DPDK's net_memif: dpdk-testpmd runs two
-# net_memif server ports in io forwarding mode (a virtual wire), and
-# TestTestpmd (testpmd_test.go) connects one of our memif links to each
-# port as a memif client and sends RoCEv2 frames both ways through it,
-# checking every byte and every ICRC.
+# Interop of the memif link with DPDK's net_memif, with dpdk-testpmd
+# forwarding between two net_memif ports in io mode (a virtual wire):
+#  1. testpmd's ports are memif servers; TestTestpmd connects one of our
+#     links to each as a memif client (we create the shared memory);
+#  2. our links are memif servers; TestTestpmdClient listens and testpmd's
+#     ports connect as clients (DPDK creates the shared memory).
+# Each sends RoCEv2 frames both ways through testpmd and checks every byte
+# and every ICRC.
 #
 # Skips (exit 0) when dpdk-testpmd is not installed (Debian: apt-get
 # install dpdk-dev). testpmd busy-polls one core while it runs, for a few
@@ -26,41 +29,75 @@ prefix="rsock-memif-$$"
 secret="rsock-testpmd-$$"
 log="$dir/testpmd.log"
 pid=
+gopid=
 cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -INT "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	stop_testpmd
+	if [ -n "$gopid" ]; then kill "$gopid" 2>/dev/null || true; fi
 	rm -rf "$dir"
 	rm -rf "/var/run/dpdk/$prefix" "${XDG_RUNTIME_DIR:-/nonexistent}/dpdk/$prefix" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-dpdk-testpmd --no-huge -m 1024 -l 0,1 --file-prefix "$prefix" \
-	--vdev="net_memif0,role=server,id=0,socket=$dir/port0.sock,socket-abstract=no,secret=$secret" \
-	--vdev="net_memif1,role=server,id=0,socket=$dir/port1.sock,socket-abstract=no,secret=$secret" \
-	-- --forward-mode=io --auto-start --stats-period=5 --total-num-mbufs=16384 >"$log" 2>&1 &
-pid=$!
-for _ in $(seq 200); do
-	[ -S "$dir/port0.sock" ] && [ -S "$dir/port1.sock" ] && break
-	if ! kill -0 "$pid" 2>/dev/null; then
-		echo "dpdk-testpmd exited early:"
-		cat "$log"
-		exit 1
+# start_testpmd ROLE SOCK0 SOCK1 starts testpmd in the background.
+start_testpmd() {
+	dpdk-testpmd --no-huge -m 1024 -l 0,1 --file-prefix "$prefix" \
+		--vdev="net_memif0,role=$1,id=0,socket=$2,socket-abstract=no,secret=$secret" \
+		--vdev="net_memif1,role=$1,id=0,socket=$3,socket-abstract=no,secret=$secret" \
+		-- --forward-mode=io --auto-start --stats-period=5 --total-num-mbufs=16384 >"$log" 2>&1 &
+	pid=$!
+}
+
+# stop_testpmd stops it (SIGINT: it closes its ports and cleans up).
+stop_testpmd() {
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill -INT "$pid" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$pid" 2>/dev/null || true
 	fi
-	sleep 0.1
-done
-if ! [ -S "$dir/port0.sock" ] || ! [ -S "$dir/port1.sock" ]; then
+	[ -z "$pid" ] || wait "$pid" 2>/dev/null || true
+	pid=
+}
+
+# wait_sockets PATH... waits up to 60 s for the sockets to appear.
+wait_sockets() {
+	for _ in $(seq 600); do
+		local all=1
+		for s in "$@"; do [ -S "$s" ] || all=0; done
+		[ "$all" = 1 ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+cd "$root"
+go test -c -o "$dir/memif.test" ./test/memif/
+status=0
+
+echo "== testpmd as memif server, our links as clients"
+start_testpmd server "$dir/port0.sock" "$dir/port1.sock"
+if ! wait_sockets "$dir/port0.sock" "$dir/port1.sock"; then
 	echo "dpdk-testpmd did not create its memif sockets:"
 	cat "$log"
 	exit 1
 fi
-cd "$root"
-status=0
 MEMIF_TESTPMD_SOCKETS="$dir/port0.sock $dir/port1.sock" MEMIF_TESTPMD_SECRET="$secret" \
-	go test -count=1 -run '^TestTestpmd$' -v ./test/memif/ || status=$?
+	"$dir/memif.test" -test.count=1 -test.run '^TestTestpmd$' -test.v || status=$?
+stop_testpmd
+if [ "$status" != 0 ]; then
+	echo "--- dpdk-testpmd log"
+	cat "$log"
+	exit "$status"
+fi
+
+echo "== our links as memif servers, testpmd as client"
+MEMIF_TESTPMD_LISTEN="$dir/our0.sock $dir/our1.sock" MEMIF_TESTPMD_SECRET="$secret" \
+	"$dir/memif.test" -test.count=1 -test.run '^TestTestpmdClient$' -test.v &
+gopid=$!
+if wait_sockets "$dir/our0.sock" "$dir/our1.sock"; then
+	start_testpmd client "$dir/our0.sock" "$dir/our1.sock"
+fi
+wait "$gopid" || status=$?
+stop_testpmd
 if [ "$status" != 0 ]; then
 	echo "--- dpdk-testpmd log"
 	cat "$log"

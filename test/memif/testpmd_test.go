@@ -19,7 +19,8 @@ import (
 
 // Environment set by testpmd.sh.
 const (
-	socketsEnv = "MEMIF_TESTPMD_SOCKETS" // "port0.sock port1.sock"
+	socketsEnv = "MEMIF_TESTPMD_SOCKETS" // "port0.sock port1.sock": testpmd is the server
+	listenEnv  = "MEMIF_TESTPMD_LISTEN"  // "port0.sock port1.sock": we are the server
 	secretEnv  = "MEMIF_TESTPMD_SECRET"
 )
 
@@ -106,6 +107,12 @@ func TestTestpmd(t *testing.T) {
 	}
 	a := dial(t, socks[0], secret, memif.Config{Local: addrA, LocalMAC: macA, PeerMAC: macB, Name: "rsock-a"})
 	b := dial(t, socks[1], secret, memif.Config{Local: addrB, LocalMAC: macB, PeerMAC: macA, Name: "rsock-b"})
+	exchange(t, a, b)
+}
+
+// exchange sends packets both ways between a and b, which are joined by
+// testpmd, and checks each arrives byte-exact with a good ICRC.
+func exchange(t *testing.T, a, b *memif.Link) {
 	t.Logf("connected: %s <-> %s", a.PeerName(), b.PeerName())
 	chA, errA := receiver(a)
 	chB, errB := receiver(b)
@@ -167,8 +174,8 @@ func TestTestpmd(t *testing.T) {
 				select {
 				case p = <-dir.ch:
 				case <-time.After(5 * time.Second):
-					t.Fatalf("%s: round %d: packet %d of %d lost (stats %+v / %+v)", dir.name, r, i, window,
-						dir.from.Stats(), dir.to.Stats())
+					t.Fatalf("%s: round %d: packet %d of %d lost\nsender %+v\n  %s\nreceiver %+v\n  %s", dir.name, r, i, window,
+						dir.from.Stats(), dir.from.RingState(), dir.to.Stats(), dir.to.RingState())
 				}
 				if !bytes.Equal(p.Bytes(), sent[i].Bytes()) || p.ICRC != link.ICRCGood || p.Addr != dir.from.LocalAddr() {
 					t.Fatalf("%s: round %d packet %d: %d bytes (want %d), ICRC %v, from %v; PSN %#x", dir.name, r, i,
@@ -187,4 +194,49 @@ func TestTestpmd(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "stats a %+v\nstats b %+v\n", a.Stats(), b.Stats())
+}
+
+// TestTestpmdClient is TestTestpmd with the roles swapped: our links are
+// memif servers and testpmd's two ports connect to them as clients, so
+// DPDK creates the shared memory and our side checks and maps it.
+func TestTestpmdClient(t *testing.T) {
+	socks := strings.Fields(os.Getenv(listenEnv))
+	if len(socks) != 2 {
+		t.Skipf("%s not set: run test/memif/testpmd.sh", listenEnv)
+	}
+	secret := os.Getenv(secretEnv)
+	cfgs := []memif.Config{
+		{Local: addrA, LocalMAC: macA, PeerMAC: macB, Name: "rsock-a", HandshakeTimeout: 30 * time.Second},
+		{Local: addrB, LocalMAC: macB, PeerMAC: macA, Name: "rsock-b", HandshakeTimeout: 30 * time.Second},
+	}
+	type accepted struct {
+		i   int
+		l   *memif.Link
+		err error
+	}
+	ch := make(chan accepted, 2)
+	for i := range 2 {
+		ln, err := memif.Listen(socks[i], secret, cfgs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closing the listener ends a wait for a testpmd that never comes.
+		stop := time.AfterFunc(60*time.Second, func() { ln.Close() })
+		go func() {
+			defer stop.Stop()
+			defer ln.Close()
+			l, err := ln.Accept()
+			ch <- accepted{i, l, err}
+		}()
+	}
+	links := make([]*memif.Link, 2)
+	for range 2 {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("port %d: %v", r.i, r.err)
+		}
+		t.Cleanup(func() { r.l.Close() })
+		links[r.i] = r.l
+	}
+	exchange(t, links[0], links[1])
 }

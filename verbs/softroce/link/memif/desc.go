@@ -52,3 +52,6 @@ func (d Desc) SetFlagsLength(flags uint16, length uint32) {
 	binary.LittleEndian.PutUint16(d[0:], flags)
 	binary.LittleEndian.PutUint32(d[4:], length)
 }
+
+// SetFlags writes the flags field only.
+func (d Desc) SetFlags(flags uint16) { binary.LittleEndian.PutUint16(d[0:], flags) }

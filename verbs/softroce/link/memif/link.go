@@ -425,3 +425,15 @@ func (l *Link) Close() error {
 	l.life.Unlock()
 	return nil
 }
+
+// RingState describes the rings' shared indexes and this side's own, for
+// diagnostics.
+func (l *Link) RingState() string {
+	if err := l.enter(); err != nil {
+		return err.Error()
+	}
+	defer l.life.RUnlock()
+	return fmt.Sprintf("tx: head %d tail %d flags %#x, next %d; rx: head %d tail %d flags %#x, next %d offered %d",
+		l.tx.ring.Head(), l.tx.ring.Tail(), l.tx.ring.Flags(), l.tx.idx,
+		l.rx.ring.Head(), l.rx.ring.Tail(), l.rx.ring.Flags(), l.rx.last, l.rx.offered)
+}

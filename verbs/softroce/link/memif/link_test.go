@@ -351,3 +351,19 @@ func TestNoFDLeak(t *testing.T) {
 		t.Fatalf("%d descriptors open before, %d after", before, after)
 	}
 }
+
+// TestServerClearsConsumedFlags checks the workaround for DPDK clients
+// that leave stale NEXT flags: after the server consumed chained frames,
+// no consumed C2S descriptor keeps a flag.
+func TestServerClearsConsumedFlags(t *testing.T) {
+	srv, cli := pair(t, Config{}, Config{BufferSize: 256, Log2RingSize: 4})
+	if err := cli.Send([]link.Packet{{Buf: mkPkt(1000, 1), N: 1000, Addr: addrA}}); err != nil {
+		t.Fatal(err)
+	}
+	recvN(t, srv, 1)
+	for i := range int(cli.tx.size) {
+		if f := cli.tx.ring.Desc(i).Flags(); f != 0 {
+			t.Fatalf("slot %d keeps flags %#x", i, f)
+		}
+	}
+}

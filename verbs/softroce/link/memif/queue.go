@@ -205,16 +205,29 @@ func (q *rxQueue) next(dst []byte, skip, avail int) (n, slots int, res rxResult,
 }
 
 // release gives k consumed slots back to the sender.
+//
+// A server clears the flags of the client's descriptors it consumed
+// first: DPDK's net_memif up to the fix "net/memif: fix descriptor Tx
+// flags corruption" (DPDK commit f7a52200d4, 2026; Debian 12 ships 22.11
+// without it) sends from a client without resetting the flags of a
+// frame's first descriptor, so a NEXT flag left in a slot from the
+// previous round of the ring would join two frames. A correct sender sets
+// the flags of every descriptor it fills, so this changes nothing for it.
 func (q *rxQueue) release(k int) {
 	if k == 0 {
 		return
 	}
-	q.last += uint16(k)
 	if q.client {
+		q.last += uint16(k)
 		q.refill()
-	} else {
-		q.ring.StoreTail(q.last)
+		return
 	}
+	mask := q.size - 1
+	for i := range k {
+		q.ring.Desc(int((q.last + uint16(i)) & mask)).SetFlags(0)
+	}
+	q.last += uint16(k)
+	q.ring.StoreTail(q.last)
 }
 
 // armed sets or clears the receiver's interrupt mask: with on, the sender
