@@ -63,18 +63,18 @@ func (e *eventFD) signal() {
 	})
 }
 
-// wait blocks until the counter is non-zero (and resets it), d passes, or
-// the eventfd is closed (os.ErrClosed).
-func (e *eventFD) wait(d time.Duration) error {
+// wait blocks until the counter is non-zero (and resets it), d passes
+// (timedOut), or the eventfd is closed (os.ErrClosed).
+func (e *eventFD) wait(d time.Duration) (timedOut bool, err error) {
 	if err := e.f.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return err
+		return false, err
 	}
 	var b [8]byte
-	_, err := e.f.Read(b[:])
+	_, err = e.f.Read(b[:])
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 // close closes the eventfd; a blocked wait returns.

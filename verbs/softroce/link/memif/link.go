@@ -24,8 +24,9 @@ type Stats struct {
 	// port 4791, or longer than MaxFrameLen.
 	RxDropped uint64
 	// Interrupts counts eventfd signals sent to the peer; Sleeps counts
-	// times the receiver slept on its eventfd.
-	Interrupts, Sleeps uint64
+	// times the receiver slept on its eventfd, and SleepTimeouts those
+	// sleeps that ended without a signal (idle, or a missed interrupt).
+	Interrupts, Sleeps, SleepTimeouts uint64
 }
 
 // Link is a memif connection used as a link.Link. Its methods are safe
@@ -54,7 +55,7 @@ type Link struct {
 	rxBufs [][]byte
 	spin   time.Duration
 
-	sent, received, txDropped, rxDropped, interrupts, sleeps atomic.Uint64
+	sent, received, txDropped, rxDropped, interrupts, sleeps, sleepTimeouts atomic.Uint64
 }
 
 // errConnLost reports the control channel failing after setup.
@@ -86,7 +87,7 @@ func (l *Link) PeerName() string { return l.peer }
 // Stats returns the link's counters.
 func (l *Link) Stats() Stats {
 	return Stats{l.sent.Load(), l.received.Load(), l.txDropped.Load(), l.rxDropped.Load(),
-		l.interrupts.Load(), l.sleeps.Load()}
+		l.interrupts.Load(), l.sleeps.Load(), l.sleepTimeouts.Load()}
 }
 
 // Err returns why the link stopped working (ErrClosed after Close), or nil.
@@ -350,7 +351,11 @@ func (l *Link) waitRx() error {
 	if n == 0 {
 		l.sleeps.Add(1)
 		start := time.Now()
-		if err := l.rxEvt.wait(idleWake); err != nil {
+		timedOut, err := l.rxEvt.wait(idleWake)
+		if timedOut {
+			l.sleepTimeouts.Add(1)
+		}
+		if err != nil {
 			if e := l.Err(); e != nil {
 				return e
 			}
