@@ -367,3 +367,17 @@ func TestServerClearsConsumedFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigChecks(t *testing.T) {
+	for _, c := range []Config{{BufferSize: 255}, {BufferSize: 1<<16 + 1}, {Log2RingSize: MaxLog2RingSize + 1}} {
+		if _, err := c.withDefaults(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if maxChain*256 < MaxFrameLen {
+		t.Fatal("the longest frame does not fit a chain of the smallest buffers")
+	}
+	if _, err := Dial(sockPath(t), "", Config{}); err == nil {
+		t.Fatal("Dial to a missing socket succeeded")
+	}
+}

@@ -87,8 +87,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if r.BufferSize == 0 {
 		r.BufferSize = DefaultBufferSize
 	}
-	if r.BufferSize < 128 || r.BufferSize > 1<<16 {
-		return r, fmt.Errorf("memif: BufferSize %d not in [128, 65536]", r.BufferSize)
+	// At least 256, so that the longest frame fits a chain of maxChain.
+	if r.BufferSize < 256 || r.BufferSize > 1<<16 {
+		return r, fmt.Errorf("memif: BufferSize %d not in [256, 65536]", r.BufferSize)
 	}
 	if !r.Local.IsValid() {
 		r.Local = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), link.RoCEv2Port)
