@@ -353,30 +353,7 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add(append([]byte(nil), m...), uint8(128))
 	f.Add([]byte{3, 0, 1}, uint8(3))
 	f.Fuzz(func(t *testing.T, b []byte, cut uint8) {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srvFile, cliFile := os.NewFile(uintptr(fds[0]), "srv"), os.NewFile(uintptr(fds[1]), "cli")
-		sc, err := net.FileConn(srvFile)
-		srvFile.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sc.Close()
-		defer cliFile.Close()
-		// Nonblocking: a full socket buffer ends the input instead of
-		// blocking before the server reads.
-		unix.SetNonblock(fds[1], true)
-		step := max(int(cut), 1)
-		for len(b) > 0 {
-			n := min(step, len(b))
-			if _, err := unix.Write(fds[1], b[:n]); err != nil {
-				break
-			}
-			b = b[n:]
-		}
-		unix.Shutdown(fds[1], unix.SHUT_WR)
+		sc := fuzzPeer(t, b, cut)
 		cfg, _ := (&Config{}).withDefaults()
 		l, err := serverHandshake(&control{c: sc.(*net.UnixConn)}, testSecret, cfg, time.Now().Add(time.Second))
 		if l != nil {
@@ -424,28 +401,7 @@ func FuzzClientHandshake(f *testing.F) {
 	f.Add(seed, uint8(128))
 	f.Add([]byte{2, 0}, uint8(1))
 	f.Fuzz(func(t *testing.T, b []byte, cut uint8) {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cliFile, srvFile := os.NewFile(uintptr(fds[0]), "cli"), os.NewFile(uintptr(fds[1]), "srv")
-		cc, err := net.FileConn(cliFile)
-		cliFile.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		defer srvFile.Close()
-		unix.SetNonblock(fds[1], true)
-		step := max(int(cut), 1)
-		for len(b) > 0 {
-			n := min(step, len(b))
-			if _, err := unix.Write(fds[1], b[:n]); err != nil {
-				break
-			}
-			b = b[n:]
-		}
-		unix.Shutdown(fds[1], unix.SHUT_WR)
+		cc := fuzzPeer(t, b, cut)
 		cfg, _ := (&Config{Log2RingSize: 4}).withDefaults()
 		l, err := clientHandshake(&control{c: cc.(*net.UnixConn)}, testSecret, cfg, time.Now().Add(time.Second))
 		if l != nil {
@@ -454,4 +410,34 @@ func FuzzClientHandshake(f *testing.F) {
 			t.Fatal("no link and no error")
 		}
 	})
+}
+
+// fuzzPeer returns one end of a seqpacket pair whose other end has sent b,
+// cut into datagrams of cut bytes (at least 1), and shut down its writing
+// side. The other end is nonblocking: a full socket buffer ends the input
+// instead of blocking before the returned end reads.
+func fuzzPeer(t *testing.T, b []byte, cut uint8) net.Conn {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ourFile, peerFile := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "peer")
+	c, err := net.FileConn(ourFile)
+	ourFile.Close()
+	if err != nil {
+		peerFile.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); peerFile.Close() })
+	unix.SetNonblock(fds[1], true)
+	step := max(int(cut), 1)
+	for len(b) > 0 {
+		n := min(step, len(b))
+		if _, err := unix.Write(fds[1], b[:n]); err != nil {
+			break
+		}
+		b = b[n:]
+	}
+	unix.Shutdown(fds[1], unix.SHUT_WR)
+	return c
 }
