@@ -38,7 +38,9 @@
 //	50  4   RecvDepth
 //	54  1+n Provider: length byte, then n bytes
 //	..  1+m Link: length byte, then m bytes
-//	..      extension bytes (announced by capability bits; skipped by version 1 decoders)
+//	..      extensions, in capability bit order, each present only when
+//	        its bit is set; bytes after the known ones are skipped:
+//	        CapMemif: 1+s MemifSocket, then 1+t MemifSecret
 //
 // A Reply body (version 1):
 //
@@ -71,6 +73,11 @@ const (
 	// arrive past a gap and recovers losses selectively (selective NAKs);
 	// both sides must send it for the connection to use it.
 	CapSelectiveRepeat uint32 = 1 << 1
+	// CapMemif means the sender, on the same host as its peer, offers a
+	// shared-memory memif link: the Hello's MemifSocket and MemifSecret
+	// say where to connect as memif client, and the peer answers with a
+	// Hello whose Link is "memif" when it did.
+	CapMemif uint32 = 1 << 2
 )
 
 // Limits of the wire format.
@@ -89,6 +96,12 @@ const (
 	MaxRingSize = 64 << 20
 	// MaxRecvDepth bounds Hello.RecvDepth.
 	MaxRecvDepth = 65536
+	// MaxMemifSocketLen bounds Hello.MemifSocket (a Unix socket path, or
+	// an abstract name starting with '@').
+	MaxMemifSocketLen = 107
+	// MaxMemifSecretLen bounds Hello.MemifSecret (memif's INIT carries 24
+	// bytes, NUL-terminated).
+	MaxMemifSecretLen = 23
 )
 
 const (
@@ -182,16 +195,25 @@ type Hello struct {
 	RingRKey     uint32   // receive ring remote key (opaque)
 	RingSize     uint32   // receive ring bytes: a power of two in 4 KiB..64 MiB
 	RecvDepth    uint32   // receive WQEs posted: 1..65536
+
+	// With CapMemif: the memif socket the peer may connect to, and the
+	// secret it must present. Printable ASCII, 1..MaxMemifSocketLen and
+	// 1..MaxMemifSecretLen bytes.
+	MemifSocket string
+	MemifSecret string
 }
 
 func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
 
-func checkName(field, s string) error {
+func checkName(field, s string) error { return checkPrintable(field, s, MaxNameLen) }
+
+// checkPrintable checks that s is 1..max bytes of printable ASCII.
+func checkPrintable(field, s string, max int) error {
 	if len(s) == 0 {
 		return fieldErr(field, "empty")
 	}
-	if len(s) > MaxNameLen {
-		return fieldErr(field, "%d bytes, at most %d allowed", len(s), MaxNameLen)
+	if len(s) > max {
+		return fieldErr(field, "%d bytes, at most %d allowed", len(s), max)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x21 || s[i] > 0x7E {
@@ -246,6 +268,16 @@ func (h *Hello) Validate() error {
 	if h.RecvDepth < 1 || h.RecvDepth > MaxRecvDepth {
 		return fieldErr("RecvDepth", "%d, want 1..%d", h.RecvDepth, MaxRecvDepth)
 	}
+	if h.Capabilities&CapMemif != 0 {
+		if err := checkPrintable("MemifSocket", h.MemifSocket, MaxMemifSocketLen); err != nil {
+			return err
+		}
+		if err := checkPrintable("MemifSecret", h.MemifSecret, MaxMemifSecretLen); err != nil {
+			return err
+		}
+	} else if h.MemifSocket != "" || h.MemifSecret != "" {
+		return fieldErr("MemifSocket", "set without CapMemif")
+	}
 	return nil
 }
 
@@ -280,7 +312,12 @@ func appendHelloBody(b []byte, h *Hello) []byte {
 	b = be.AppendUint32(b, h.RingSize)
 	b = be.AppendUint32(b, h.RecvDepth)
 	b = appendString(b, h.Provider)
-	return appendString(b, h.Link)
+	b = appendString(b, h.Link)
+	if h.Capabilities&CapMemif != 0 {
+		b = appendString(b, h.MemifSocket)
+		b = appendString(b, h.MemifSecret)
+	}
+	return b
 }
 
 // AppendHello appends h, encoded as a Hello frame, to b and returns the
@@ -381,10 +418,18 @@ func parseHelloBody(version uint16, p []byte) (*Hello, error) {
 	if h.Provider, rest, err = takeString(rest, "Provider", MaxNameLen); err != nil {
 		return nil, err
 	}
-	if h.Link, _, err = takeString(rest, "Link", MaxNameLen); err != nil {
+	if h.Link, rest, err = takeString(rest, "Link", MaxNameLen); err != nil {
 		return nil, err
 	}
-	// Any remaining bytes are extensions; version 1 skips them.
+	if h.Capabilities&CapMemif != 0 {
+		if h.MemifSocket, rest, err = takeString(rest, "MemifSocket", MaxMemifSocketLen); err != nil {
+			return nil, err
+		}
+		if h.MemifSecret, _, err = takeString(rest, "MemifSecret", MaxMemifSecretLen); err != nil {
+			return nil, err
+		}
+	}
+	// Any remaining bytes are extensions this version does not know.
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}

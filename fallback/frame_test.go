@@ -43,8 +43,15 @@ func extremeHellos() map[string]*Hello {
 	hi.RingAddr = math.MaxUint64 - MaxRingSize + 1
 	hi.RingRKey = math.MaxUint32
 	hi.RecvDepth = MaxRecvDepth
+	hi.MemifSocket = strings.Repeat("@", MaxMemifSocketLen)
+	hi.MemifSecret = strings.Repeat("~", MaxMemifSecretLen)
 
-	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi}
+	memif := testHello()
+	memif.Capabilities |= CapMemif
+	memif.MemifSocket = "@rsock-0123456789abcdef"
+	memif.MemifSecret = "s"
+
+	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -89,6 +96,33 @@ func TestHelloExtensionBytesSkipped(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, h) {
 		t.Fatalf("got %+v want %+v", got, h)
+	}
+}
+
+// TestMemifWithoutCap: memif fields are only carried under CapMemif, so
+// setting them without it is an error rather than silently dropped.
+func TestMemifWithoutCap(t *testing.T) {
+	h := testHello()
+	h.MemifSocket = "@m"
+	var fe *FieldError
+	if err := h.Validate(); !errors.As(err, &fe) || fe.Field != "MemifSocket" {
+		t.Fatalf("Validate = %v, want a MemifSocket field error", err)
+	}
+}
+
+// TestMemifExtensionTruncated: a Hello that announces CapMemif but ends
+// before its extension is malformed.
+func TestMemifExtensionTruncated(t *testing.T) {
+	h := testHello()
+	h.Capabilities |= CapMemif
+	h.MemifSocket, h.MemifSecret = "@sock", "secret"
+	full := AppendHello(nil, h)
+	for cut := len(full) - 1; cut > len(full)-len("@sock")-len("secret")-2; cut-- {
+		b := append([]byte(nil), full[:cut]...)
+		binary.BigEndian.PutUint16(b[6:], uint16(len(b)-headerSize))
+		if _, err := ReadHello(bytes.NewReader(b)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("cut at %d: err %v, want ErrMalformed", cut, err)
+		}
 	}
 }
 
@@ -176,6 +210,17 @@ func TestHelloValidateFields(t *testing.T) {
 		{"RingAddr", ErrMalformed, func(h *Hello) { h.RingAddr = math.MaxUint64 - 100 }},
 		{"RecvDepth", ErrMalformed, func(h *Hello) { h.RecvDepth = 0 }},
 		{"RecvDepth", ErrMalformed, func(h *Hello) { h.RecvDepth = MaxRecvDepth + 1 }},
+		{"MemifSocket", ErrMalformed, func(h *Hello) { h.Capabilities |= CapMemif; h.MemifSecret = "s" }},
+		{"MemifSocket", ErrMalformed, func(h *Hello) {
+			h.Capabilities |= CapMemif
+			h.MemifSocket, h.MemifSecret = strings.Repeat("m", MaxMemifSocketLen+1), "s"
+		}},
+		{"MemifSecret", ErrMalformed, func(h *Hello) { h.Capabilities |= CapMemif; h.MemifSocket = "@m" }},
+		{"MemifSecret", ErrMalformed, func(h *Hello) {
+			h.Capabilities |= CapMemif
+			h.MemifSocket, h.MemifSecret = "@m", strings.Repeat("s", MaxMemifSecretLen+1)
+		}},
+		{"MemifSecret", ErrMalformed, func(h *Hello) { h.Capabilities |= CapMemif; h.MemifSocket, h.MemifSecret = "@m", "a b" }},
 	}
 	for _, tc := range cases {
 		h := testHello()

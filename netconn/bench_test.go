@@ -50,7 +50,7 @@ func benchPair(b *testing.B, kind string) (net.Conn, net.Conn) {
 	if s == nil {
 		b.Fatal("accept failed")
 	}
-	if kind == "rsock" && transport(c) != "rdma/softroce/udp" {
+	if kind == "rsock" && transport(c) != loopbackTransport() {
 		b.Fatalf("transport %q", transport(c))
 	}
 	b.Cleanup(func() { c.Close(); s.Close() })

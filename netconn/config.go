@@ -17,6 +17,18 @@ const (
 	ProviderTCP      = "tcp"
 )
 
+// Link names: which soft-RoCE link carries a connection's packets.
+const (
+	// LinkAuto uses memif when both ends are on the same host and udp
+	// otherwise; the handshake says which.
+	LinkAuto = "auto"
+	// LinkUDP uses a kernel UDP socket.
+	LinkUDP = "udp"
+	// LinkMemif uses shared-memory memif rings between the two processes,
+	// and falls back to TCP (not udp) when memif cannot be set up.
+	LinkMemif = "memif"
+)
+
 // Environment variables read when the config leaves a knob empty.
 const (
 	EnvProvider = "RSOCK_PROVIDER"
@@ -48,10 +60,12 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 		link = os.Getenv(EnvLink)
 	}
 	if link == "" {
-		link = "udp"
+		link = LinkAuto
 	}
-	if link != "udp" {
-		return settings{}, fmt.Errorf("netconn: unknown link %q (this build has udp)", link)
+	switch link {
+	case LinkAuto, LinkUDP, LinkMemif:
+	default:
+		return settings{}, fmt.Errorf("netconn: unknown link %q (want auto, udp or memif)", link)
 	}
 	if stream.RingSize == 0 {
 		if v := os.Getenv(EnvRingSize); v != "" {
@@ -72,3 +86,9 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 
 // rdma reports whether RDMA is to be tried at all.
 func (s settings) rdma() bool { return s.provider != ProviderTCP }
+
+// memif reports whether a same-host connection should try memif: a
+// soft-RoCE link choice other than udp.
+func (s settings) memif() bool {
+	return s.link != LinkUDP && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
+}

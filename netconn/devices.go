@@ -43,6 +43,9 @@ type sharedDevice struct {
 	pd    verbs.PD
 	refs  int
 	timer *time.Timer
+	// private: the device of one connection (a memif link), not in the
+	// registry, closed with its connection.
+	private bool
 }
 
 var registry = struct {
@@ -135,6 +138,10 @@ var listenLink = func(cfg udp.Config) (link.Link, error) { return udp.Listen(cfg
 // releaseDevice drops a reference; the last one closes the device after
 // deviceLinger.
 func releaseDevice(d *sharedDevice) {
+	if d.private {
+		d.dev.Close()
+		return
+	}
 	registry.Lock()
 	defer registry.Unlock()
 	d.refs--

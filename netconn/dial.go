@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -122,7 +123,8 @@ const (
 // path when RDMA is declined or cannot start.
 func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Conn, plain plainness, _ error) {
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, err := acquireDevice(set.provider, set.link, local)
+	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+	dev, err := acquireDevice(set.provider, LinkUDP, local)
 	if err != nil {
 		return newTCPConn(c, err.Error()), notPlain, nil // no usable provider: plain TCP, no preface sent
 	}
@@ -156,7 +158,24 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		return nil, maybePlain, err
 	}
 	fail := func() { ep.Close(); releaseDevice(dev) }
-	werr := fallback.WriteHello(c, helloFor(dev, ep.Params()))
+	hello := helloFor(dev, ep.Params())
+	var (
+		offer     *memifOffer
+		memifWhy  string // why a same-host connection is not on memif
+		wantMemif = set.memif() && sameHost(local, remote)
+	)
+	if wantMemif {
+		if offer, err = newMemifOffer(local, deadline); err != nil {
+			memifWhy = err.Error()
+		} else {
+			defer offer.close()
+			hello.Capabilities |= fallback.CapMemif
+			hello.MemifSocket, hello.MemifSecret = offer.socket, offer.secret
+		}
+	} else if set.link == LinkMemif {
+		memifWhy = fmt.Sprintf("the peer %v is not on this host", remote)
+	}
+	werr := fallback.WriteHello(c, hello)
 	reply, err := fallback.ReadReply(c)
 	if werr != nil && err == nil {
 		err = werr // it answered, but did not read our Hello
@@ -189,11 +208,37 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		c.SetDeadline(time.Time{})
 		return newTCPConn(c, "declined by the listener: "+reply.Reason), notPlain, nil
 	}
-	peer := paramsOf(reply.Hello)
+	if reply.Hello.Link != LinkMemif && wantMemif && memifWhy == "" {
+		memifWhy = "the listener did not take the memif offer"
+		if reply.Reason != "" {
+			memifWhy = reply.Reason
+		}
+	}
 	var s *rsock.Stream
-	if compatible(dev, reply.Hello) {
-		s, err = ep.Connect(peer, rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	} else {
+	switch {
+	case reply.Hello.Link == LinkMemif:
+		if offer == nil {
+			err = errors.New("the listener chose memif, which was not offered")
+			break
+		}
+		// The listener connected to our offer: move to a queue pair on
+		// that link, and let the udp endpoint go.
+		var mdev *sharedDevice
+		var mep *rsock.Endpoint
+		mdev, mep, err = joinMemif(offer, deadline, local, set.stream)
+		if err != nil {
+			err = fmt.Errorf("memif: %w", err)
+			break
+		}
+		fail()
+		dev, ep = mdev, mep
+		fail = func() { ep.Close(); releaseDevice(dev) }
+		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+	case set.link == LinkMemif:
+		err = errors.New("memif is required and not possible: " + memifWhy)
+	case compatible(dev, reply.Hello):
+		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+	default:
 		err = fmt.Errorf("peer link %q is not compatible", reply.Hello.Link)
 	}
 	if err != nil {
@@ -212,7 +257,30 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		return nil, notPlain, err
 	}
 	c.SetDeadline(time.Time{})
-	return newRDMAConn(c, s, dev), notPlain, nil
+	conn := newRDMAConn(c, s, dev)
+	if memifWhy != "" {
+		conn.reason = "memif: " + memifWhy
+	}
+	return conn, notPlain, nil
+}
+
+// joinMemif takes the link the listener connected to an offer and makes
+// an endpoint on a device over it.
+func joinMemif(offer *memifOffer, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	l, err := offer.take(deadline)
+	if err != nil {
+		return nil, nil, err
+	}
+	dev, err := openMemifDevice(l, local)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
+	if err != nil {
+		releaseDevice(dev)
+		return nil, nil, err
+	}
+	return dev, ep, nil
 }
 
 // isEOF reports an end of stream before a full reply: a plain server that

@@ -30,7 +30,10 @@
 //	RSOCK_PROVIDER  auto (default) | softroce | rdmacore | tcp
 //	                auto uses rdmacore when built in with a usable device,
 //	                else softroce; tcp turns RDMA off.
-//	RSOCK_LINK      udp (default): the soft-RoCE packet link.
+//	RSOCK_LINK      auto (default) | udp | memif: the soft-RoCE packet link.
+//	                auto uses memif (shared-memory rings) when both ends
+//	                are on the same host, and udp otherwise; memif demands
+//	                it and falls back to TCP without it.
 //	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
 //	                two from 4096 to 67108864 (default 524288).
 //

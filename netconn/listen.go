@@ -2,13 +2,16 @@ package netconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/rsock-go/rsock/fallback"
 	"github.com/rsock-go/rsock/rsock"
+	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
 )
 
 // ListenConfig configures a listener. The zero value listens with the
@@ -208,7 +211,21 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 		return decline("RDMA is turned off on this listener")
 	}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, err := acquireDevice(l.set.provider, l.set.link, local)
+	memifWhy := ""
+	switch {
+	case hello.Capabilities&fallback.CapMemif != 0 && l.set.memif():
+		conn, err := l.negotiateMemif(c, hello, local)
+		if err == nil || !errors.Is(err, errMemifSetup) {
+			return conn, err
+		}
+		if l.set.link == LinkMemif {
+			return decline(err.Error())
+		}
+		memifWhy = err.Error() // on to udp
+	case l.set.link == LinkMemif:
+		return decline("this listener runs memif only, and the dialer did not offer it")
+	}
+	dev, err := acquireDevice(l.set.provider, LinkUDP, local)
 	if err != nil {
 		return decline(err.Error())
 	}
@@ -237,7 +254,12 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 		s.Close()
 		releaseDevice(dev)
 	}
-	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
+	// An Accept's reason tells the dialer why its memif offer was not taken.
+	reply := &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}
+	if memifWhy != "" {
+		reply.Reason = fallback.Decline(memifWhy).Reason
+	}
+	if err := fallback.WriteReply(c, reply); err != nil {
 		abandon()
 		return nil, err
 	}
@@ -251,6 +273,62 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	if !confirm.Accept {
 		abandon()
 		return newTCPConn(c, "the dialer could not connect: "+confirm.Reason), nil
+	}
+	conn := newRDMAConn(c, s, dev)
+	if memifWhy != "" {
+		conn.reason = "memif: " + memifWhy
+	}
+	return conn, nil
+}
+
+// errMemifSetup marks a memif failure before the listener answered, after
+// which the handshake can still go on over udp.
+var errMemifSetup = errors.New("memif setup failed")
+
+// negotiateMemif runs the listener's side of the handshake over a memif
+// link to the dialer's offer: it connects, answers with a queue pair on
+// its own device over that link, and connects that pair to the one the
+// dialer confirms with.
+func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip.Addr) (*Conn, error) {
+	deadline := time.Now().Add(l.handshake)
+	ml, err := memif.Dial(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
+	}
+	dev, err := openMemifDevice(ml, local)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
+	}
+	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, l.set.stream)
+	if err != nil {
+		releaseDevice(dev)
+		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
+	}
+	fail := func(err error) (*Conn, error) {
+		ep.Close()
+		releaseDevice(dev)
+		return nil, err
+	}
+	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
+		return fail(err)
+	}
+	confirm, err := fallback.ReadReply(c)
+	if err != nil {
+		return fail(err)
+	}
+	c.SetDeadline(time.Time{})
+	if !confirm.Accept {
+		ep.Close()
+		releaseDevice(dev)
+		return newTCPConn(c, "the dialer could not connect: "+confirm.Reason), nil
+	}
+	if confirm.Hello.Link != LinkMemif {
+		return fail(fmt.Errorf("netconn: the dialer confirmed on link %q, want memif", confirm.Hello.Link))
+	}
+	s, err := ep.Connect(paramsOf(confirm.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+	if err != nil {
+		// The dialer thinks the stream is up: hang up.
+		return fail(err)
 	}
 	return newRDMAConn(c, s, dev), nil
 }

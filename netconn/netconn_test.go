@@ -66,12 +66,22 @@ func connPair(t testing.TB, ln net.Listener, d *Dialer) (client, server net.Conn
 
 func transport(c net.Conn) string { return c.(*Conn).Transport() }
 
+// loopbackTransport is the transport of an rsock connection over loopback
+// with the environment's link: memif unless RSOCK_LINK=udp. CI runs the
+// package once with each.
+func loopbackTransport() string {
+	if os.Getenv(EnvLink) == LinkUDP {
+		return "rdma/softroce/udp"
+	}
+	return "rdma/softroce/memif"
+}
+
 func TestNetConnRDMA(t *testing.T) {
 	ln := listen(t, ListenConfig{Provider: ProviderSoftRoCE})
 	nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 		c, s := connPair(t, ln, &Dialer{Provider: ProviderSoftRoCE})
-		if !strings.HasPrefix(transport(c), "rdma") || !strings.HasPrefix(transport(s), "rdma") {
-			return nil, nil, nil, fmt.Errorf("transports %q, %q", transport(c), transport(s))
+		if transport(c) != loopbackTransport() || transport(s) != loopbackTransport() {
+			return nil, nil, nil, fmt.Errorf("transports %q, %q, want %q", transport(c), transport(s), loopbackTransport())
 		}
 		return c, s, func() { c.Close(); s.Close() }, nil
 	})
@@ -223,8 +233,8 @@ func TestEchoRDMA(t *testing.T) {
 	c, s := connPair(t, ln, &Dialer{})
 	defer c.Close()
 	defer s.Close()
-	if transport(c) != "rdma/softroce/udp" {
-		t.Fatalf("transport %q", transport(c))
+	if transport(c) != loopbackTransport() || transport(s) != loopbackTransport() {
+		t.Fatalf("transports %q, %q, want %q", transport(c), transport(s), loopbackTransport())
 	}
 	echoCheck(t, c, s, 1<<20)
 }

@@ -112,7 +112,7 @@ func testStreamLocal(t *testing.T, bin string) {
 		}
 		tr, _ := r["transport"].(string)
 		gbps[k][tr], _ = r["gbps"].(float64)
-		want := map[string]string{"rsock": "rdma/softroce/udp", "tcp": "tcp"}[tr]
+		want := map[string]string{"rsock": loopbackTransport(), "tcp": "tcp"}[tr]
 		if r["conn_transport"] != want || r["server_transport"] != want || r["conns"] != 1.0 {
 			t.Errorf("record %v", r)
 		}
@@ -231,4 +231,13 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// loopbackTransport is the transport of an rsock connection over loopback
+// with the environment's link: memif unless RSOCK_LINK=udp.
+func loopbackTransport() string {
+	if os.Getenv("RSOCK_LINK") == "udp" {
+		return "rdma/softroce/udp"
+	}
+	return "rdma/softroce/memif"
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -326,10 +328,8 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-msg", "demo", "-chat", "2"}, &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	want := `Echo: "demo"; client transport rdma/softroce/udp, server transport rdma/softroce/udp
-Chat 0: rdma/softroce/udp: demo #0
-Chat 1: rdma/softroce/udp: demo #1
-`
+	tr := loopbackTransport()
+	want := fmt.Sprintf("Echo: \"demo\"; client transport %s, server transport %s\nChat 0: %s: demo #0\nChat 1: %s: demo #1\n", tr, tr, tr, tr)
 	if out.String() != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", out.String(), want)
 	}
@@ -339,7 +339,7 @@ Chat 1: rdma/softroce/udp: demo #1
 	if err := run([]string{"-addr", f.addr, "-chat", "0"}, &out, &errb); err != nil {
 		t.Fatalf("run -addr: %v\n%s", err, errb.String())
 	}
-	if !strings.HasPrefix(out.String(), `Echo: "hello"; client transport rdma/softroce/udp, server transport rdma`) {
+	if !strings.HasPrefix(out.String(), `Echo: "hello"; client transport `+tr+`, server transport rdma`) {
 		t.Errorf("-addr stdout %q", out.String())
 	}
 
@@ -348,4 +348,13 @@ Chat 1: rdma/softroce/udp: demo #1
 			t.Errorf("run %q: no error", args)
 		}
 	}
+}
+
+// loopbackTransport is the transport of an rsock connection over loopback
+// with the environment's link: memif unless RSOCK_LINK=udp.
+func loopbackTransport() string {
+	if os.Getenv("RSOCK_LINK") == "udp" {
+		return "rdma/softroce/udp"
+	}
+	return "rdma/softroce/memif"
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -133,7 +134,7 @@ func TestGoClientOverRDMA(t *testing.T) {
 	client, dialed := rdmaClient(t)
 	for i := range 3 { // the second and third requests reuse the conn
 		resp, body := fetch(t, client, base+"/")
-		if got, want := string(body), "hello over rdma/softroce/udp\n"; got != want {
+		if got, want := string(body), "hello over "+loopbackTransport()+"\n"; got != want {
 			t.Errorf("request %d: body %q, want %q", i, got, want)
 		}
 		if tr := resp.Header.Get(TransportHeader); !strings.HasPrefix(tr, "rdma") {
@@ -203,7 +204,7 @@ func TestPlainClientsServedOverTCP(t *testing.T) {
 
 	// The same server still serves an rsock client over RDMA.
 	client, _ := rdmaClient(t)
-	if _, body := fetch(t, client, base+"/"); string(body) != "hello over rdma/softroce/udp\n" {
+	if _, body := fetch(t, client, base+"/"); string(body) != "hello over "+loopbackTransport()+"\n" {
 		t.Errorf("rsock client after plain ones: body %q", body)
 	}
 }
@@ -256,10 +257,10 @@ func TestRun(t *testing.T) {
 	if err := run(nil, &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	if out.String() != "hello over rdma/softroce/udp\n" {
+	if out.String() != "hello over "+loopbackTransport()+"\n" {
 		t.Errorf("stdout %q", out.String())
 	}
-	if !strings.Contains(errb.String(), "client transport rdma/softroce/udp, server transport rdma/softroce/udp") {
+	if !strings.Contains(errb.String(), "client transport "+loopbackTransport()+", server transport "+loopbackTransport()) {
 		t.Errorf("stderr %q", errb.String())
 	}
 
@@ -270,7 +271,7 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-get", base + "/"}, &out, &errb); err != nil {
 		t.Fatalf("run -get: %v\n%s", err, errb.String())
 	}
-	if out.String() != "hello over rdma/softroce/udp\n" {
+	if out.String() != "hello over "+loopbackTransport()+"\n" {
 		t.Errorf("-get stdout %q", out.String())
 	}
 
@@ -341,4 +342,13 @@ func TestClientToPlainServer(t *testing.T) {
 	if conns[0].FallbackReason() == "" {
 		t.Error("the first conn gives no reason for its fallback")
 	}
+}
+
+// loopbackTransport is the transport of an rsock connection over loopback
+// with the environment's link: memif unless RSOCK_LINK=udp.
+func loopbackTransport() string {
+	if os.Getenv("RSOCK_LINK") == "udp" {
+		return "rdma/softroce/udp"
+	}
+	return "rdma/softroce/memif"
 }

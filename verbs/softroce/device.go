@@ -224,6 +224,28 @@ func (d *Device) Close() error {
 	return err
 }
 
+// linkDown fails every QP once the link failed for good (its receive loop
+// ended without Close, as a memif link does when its peer disconnects or
+// corrupts the rings): no packet will pass again, so waiting for retries
+// to run out would only delay the error. Each QP's Cause names the link's
+// failure.
+func (d *Device) linkDown(err error) {
+	d.qpMu.RLock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.qpMu.RUnlock()
+	for _, q := range qps {
+		q.mu.Lock()
+		if !q.closed && q.attr.State != verbs.QPSReset && q.attr.State != verbs.QPSErr {
+			q.cause = fmt.Errorf("softroce: the %s link failed: %w", d.link.Name(), err)
+			q.fail(q.sqHead, verbs.WCRetryExcErr)
+		}
+		q.mu.Unlock()
+	}
+}
+
 // lookupQP returns the QP numbered qpn, or nil.
 func (d *Device) lookupQP(qpn uint32) *QP {
 	d.qpMu.RLock()

@@ -1,6 +1,8 @@
 package softroce
 
 import (
+	"errors"
+
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 	"runtime"
@@ -34,16 +36,20 @@ func newReceiver(d *Device, batch int) *receiver {
 
 func (rx *receiver) loop() {
 	defer close(rx.d.rxDone)
+	var err error
 	if l, ok := rx.d.link.(link.Looper); ok {
-		l.RecvLoop(rx.in, rx.batch)
-		return
-	}
-	for {
-		n, err := rx.d.link.Recv(rx.in)
-		if err != nil {
-			return
+		err = l.RecvLoop(rx.in, rx.batch)
+	} else {
+		for {
+			var n int
+			if n, err = rx.d.link.Recv(rx.in); err != nil {
+				break
+			}
+			rx.batch(rx.in[:n])
 		}
-		rx.batch(rx.in[:n])
+	}
+	if err != nil && !errors.Is(err, link.ErrClosed) {
+		rx.d.linkDown(err)
 	}
 }
 
