@@ -70,7 +70,7 @@ const streamServerPrefix = "rsockbench server: rsock on "
 
 // streamFlags holds the flags of local, server and client.
 type streamFlags struct {
-	addr, tcpAddr, provider                 string
+	addr, tcpAddr, provider, link           string
 	sizes, conns, modes, transports, nbytes string
 	jsonPath, plotPath                      string
 	duration, timeout                       time.Duration
@@ -107,6 +107,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 		fs.StringVar(&f.addr, "addr", defaultStreamAddr, "the server's netconn address: control and rsock data connections")
 	}
 	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
+	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp or memif")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
 	if cmd != "local" {
@@ -283,7 +284,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	// rsockbench's clients speak first, so a long sniff costs nothing, and
 	// it rides out a preface lost on a lossy path (TCP sends it again
 	// after at least 200 ms, the default sniff).
-	lc := netconn.ListenConfig{Provider: f.provider, SniffTimeout: 2 * time.Second}
+	lc := netconn.ListenConfig{Provider: f.provider, Link: f.link, SniffTimeout: 2 * time.Second}
 	rln, err := lc.Listen(ctx, "tcp", f.addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)
@@ -356,7 +357,7 @@ func isTerminal(w io.Writer) bool {
 // streamClient runs the sweep against the server at addr and writes the
 // tables, the -json records and the -plot chart.
 func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, addr string, stdout, stderr io.Writer) error {
-	c, err := streambench.Dial(ctx, streambench.ClientConfig{Addr: addr, TCPAddr: f.tcpAddr, Provider: f.provider, Timeout: f.timeout})
+	c, err := streambench.Dial(ctx, streambench.ClientConfig{Addr: addr, TCPAddr: f.tcpAddr, Provider: f.provider, Link: f.link, Timeout: f.timeout})
 	if err != nil {
 		return err
 	}
@@ -440,7 +441,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 // streamLocal starts "rsockbench server" as a child process on loopback,
 // runs the client against it, and reaps the child.
 func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdout, stderr io.Writer) (err error) {
-	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-timeout", f.timeout.String()}
+	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
 	if f.verify {
 		args = append(args, "-verify")
 	}
@@ -466,4 +467,12 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 		fmt.Fprintf(stderr, "server: pid %d: %s\n", child.pid(), line)
 	}
 	return streamClient(ctx, f, s, addr, stdout, stderr)
+}
+
+// defaultLink is the -link default: $RSOCK_LINK, else auto.
+func defaultLink() string {
+	if l := os.Getenv(netconn.EnvLink); l != "" {
+		return l
+	}
+	return netconn.LinkAuto
 }

@@ -25,6 +25,9 @@ type ClientConfig struct {
 	// Provider is the netconn provider of rsock data connections;
 	// default softroce.
 	Provider string
+	// Link is the netconn link of rsock data connections (auto, udp,
+	// memif); empty means $RSOCK_LINK, else auto.
+	Link string
 	// Timeout bounds each wait for the server; default DefaultTimeout.
 	Timeout time.Duration
 }
@@ -331,7 +334,7 @@ func (c *Client) dialData(ctx context.Context, p *Point, id uint32) ([]net.Conn,
 		var dc net.Conn
 		var err error
 		if p.Transport == TransportRsock {
-			d := netconn.Dialer{Provider: c.cfg.Provider}
+			d := netconn.Dialer{Provider: c.cfg.Provider, Link: c.cfg.Link}
 			dc, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
 		} else {
 			var d net.Dialer
