@@ -37,7 +37,8 @@ func runChild() {
 }
 
 // TestPeerKilled: a peer process killed with SIGKILL mid-stream; the
-// survivor's Read and Write fail within 5 s.
+// survivor's Read and Write fail within 5 s, and once it closed, nothing
+// of the link is left (no memif mapping, memfd or socket).
 func TestPeerKilled(t *testing.T) {
 	ln := listen(t, ListenConfig{})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -58,7 +59,7 @@ func TestPeerKilled(t *testing.T) {
 	defer s.Close()
 	line := make([]byte, 64)
 	n, _ := out.Read(line)
-	if !strings.HasPrefix(string(line[:n]), "rdma/") {
+	if strings.TrimSpace(string(line[:n])) != loopbackTransport() {
 		cmd.Process.Kill()
 		t.Fatalf("child transport %q", line[:n])
 	}
@@ -66,6 +67,9 @@ func TestPeerKilled(t *testing.T) {
 	buf := make([]byte, 1<<20)
 	if _, err := io.ReadFull(s, buf); err != nil {
 		t.Fatal(err)
+	}
+	if loopbackTransport() == trMemif && len(memifResidue(t)) == 0 {
+		t.Fatal("memifResidue sees nothing of a live memif link: it cannot see what is left behind")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -93,5 +97,9 @@ func TestPeerKilled(t *testing.T) {
 	}
 	if werr == nil || time.Since(killed) > 5*time.Second {
 		t.Fatalf("write: %v after %v", werr, time.Since(killed))
+	}
+	s.Close()
+	if left := memifResidue(t); len(left) > 0 {
+		t.Fatalf("left behind after the survivor closed: %q", left)
 	}
 }

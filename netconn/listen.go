@@ -11,7 +11,6 @@ import (
 
 	"github.com/rsock-go/rsock/fallback"
 	"github.com/rsock-go/rsock/rsock"
-	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
 )
 
 // ListenConfig configures a listener. The zero value listens with the
@@ -291,7 +290,7 @@ var errMemifSetup = errors.New("memif setup failed")
 // dialer confirms with.
 func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip.Addr) (*Conn, error) {
 	deadline := time.Now().Add(l.handshake)
-	ml, err := memif.Dial(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
+	ml, err := dialMemif(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
 	}

@@ -69,6 +69,10 @@ func memifConfig(ip netip.Addr, deadline time.Time) memif.Config {
 	}
 }
 
+// dialMemif connects to a dialer's memif offer; tests replace it to make
+// it fail.
+var dialMemif = memif.Dial
+
 // memifOffer is a dialer's offer of a memif link: a server socket that
 // accepts one client presenting the secret.
 type memifOffer struct {

@@ -13,6 +13,12 @@ go vet ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
+# On loopback the default link (auto) is memif: run the packages that make
+# rsock connections once more over the udp link, so that neither goes
+# untested.
+echo "== go test -race, RSOCK_LINK=udp"
+RSOCK_LINK=udp go test -race -count=1 -timeout 10m ./netconn/ ./examples/... ./cmd/... ./internal/streambench/
+
 # fuzz runs one target for FUZZTIME. Go 1.26's fuzzing coordinator can
 # report "context deadline exceeded" as a failure when -fuzztime ends
 # while a worker is busy (go.dev/issue/75804, fixed in Go 1.27); such a run

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,7 +73,7 @@ const streamServerPrefix = "rsockbench server: rsock on "
 type streamFlags struct {
 	addr, tcpAddr, provider, link           string
 	sizes, conns, modes, transports, nbytes string
-	jsonPath, plotPath                      string
+	jsonPath, plotPath, cpuProfile          string
 	duration, timeout                       time.Duration
 	iters, sessions                         int
 	seed                                    uint64
@@ -109,6 +110,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
 	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp or memif")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (local: the server child's to FILE.server)")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
 	if cmd != "local" {
 		fs.BoolVar(&f.counters, "counters", false, "at exit, print the RDMA device counters of the process (netconn.Counters) on stderr,\nas one JSON line after \""+countersPrefix+"\"")
@@ -224,6 +226,12 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseStreamFlags(fs, args, stderr); !ok {
 		return code
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "rsockbench: %v\n", err)
+		return exitFail
+	}
+	defer stopProfile()
 	s, err := f.sweep(fs)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench local: %v\n", err)
@@ -245,6 +253,12 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseStreamFlags(fs, args, stderr); !ok {
 		return code
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "rsockbench: %v\n", err)
+		return exitFail
+	}
+	defer stopProfile()
 	s, err := f.sweep(fs)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench client: %v\n", err)
@@ -270,6 +284,12 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	if ok, code := parseStreamFlags(fs, args, stderr); !ok {
 		return code
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "rsockbench: %v\n", err)
+		return exitFail
+	}
+	defer stopProfile()
 	tcpAddr, err := defaultTCPAddr(f.addr, f.tcpAddr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)
@@ -442,6 +462,9 @@ func writeFile(path string, write func(io.Writer) error) error {
 // runs the client against it, and reaps the child.
 func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdout, stderr io.Writer) (err error) {
 	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
+	if f.cpuProfile != "" {
+		args = append(args, "-cpuprofile", f.cpuProfile+".server")
+	}
 	if f.verify {
 		args = append(args, "-verify")
 	}
@@ -475,4 +498,21 @@ func defaultLink() string {
 		return l
 	}
 	return netconn.LinkAuto
+}
+
+// startCPUProfile starts writing a CPU profile to path (nothing if path
+// is empty); the returned function stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		file.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); file.Close() }, nil
 }

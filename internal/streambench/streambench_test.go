@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -107,7 +108,7 @@ func TestSweep(t *testing.T) {
 	for _, r := range recs {
 		want := "tcp"
 		if r.Transport == TransportRsock {
-			want = "rdma/softroce/udp"
+			want = loopbackTransport()
 		}
 		if r.ConnTransport != want || r.ServerTransport != want {
 			t.Errorf("%s: conn transport %q, server %q, want %q", r.Transport, r.ConnTransport, r.ServerTransport, want)
@@ -397,4 +398,13 @@ func TestParseSizes(t *testing.T) {
 			t.Errorf("%d → %q → %d", n, FormatSize(n), m)
 		}
 	}
+}
+
+// loopbackTransport is the transport of an rsock connection over loopback
+// with the environment's link: memif unless RSOCK_LINK=udp.
+func loopbackTransport() string {
+	if os.Getenv("RSOCK_LINK") == "udp" {
+		return "rdma/softroce/udp"
+	}
+	return "rdma/softroce/memif"
 }

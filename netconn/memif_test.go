@@ -1,0 +1,238 @@
+package netconn
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
+)
+
+const (
+	trMemif = "rdma/softroce/memif"
+	trUDP   = "rdma/softroce/udp"
+)
+
+// TestLinkSelection: which link each pair of link settings ends up on,
+// and what FallbackReason says on each side.
+func TestLinkSelection(t *testing.T) {
+	cases := []struct {
+		dial, listen       string
+		want               string // transport of both ends
+		dialWhy, listenWhy string // substrings of the reasons; "" means empty
+	}{
+		{LinkAuto, LinkAuto, trMemif, "", ""},
+		{LinkMemif, LinkMemif, trMemif, "", ""},
+		{LinkMemif, LinkAuto, trMemif, "", ""},
+		{LinkAuto, LinkMemif, trMemif, "", ""},
+		{LinkUDP, LinkAuto, trUDP, "", ""},
+		{LinkAuto, LinkUDP, trUDP, "did not take the memif offer", ""},
+		{LinkUDP, LinkUDP, trUDP, "", ""},
+		{LinkMemif, LinkUDP, "tcp", "memif is required", "memif is required"},
+		{LinkUDP, LinkMemif, "tcp", "memif only", "memif only"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.dial+"-to-"+tc.listen, func(t *testing.T) {
+			ln := listen(t, ListenConfig{Link: tc.listen, Stream: streamSmall})
+			c, s := connPair(t, ln, &Dialer{Link: tc.dial, Stream: streamSmall})
+			defer c.Close()
+			defer s.Close()
+			if transport(c) != tc.want || transport(s) != tc.want {
+				t.Fatalf("transports %q, %q, want %q", transport(c), transport(s), tc.want)
+			}
+			checkReason(t, "dialer", c, tc.dialWhy)
+			checkReason(t, "listener", s, tc.listenWhy)
+			echoCheck(t, c, s, 256<<10)
+		})
+	}
+}
+
+func checkReason(t *testing.T, side string, c net.Conn, want string) {
+	t.Helper()
+	got := c.(*Conn).FallbackReason()
+	if want == "" && got != "" || !strings.Contains(got, want) {
+		t.Errorf("%s's FallbackReason %q, want %q", side, got, want)
+	}
+}
+
+// TestMemifSetupFails: when the listener cannot connect to the offer, an
+// auto pair runs over udp and a memif-only listener declines to TCP; both
+// say why.
+func TestMemifSetupFails(t *testing.T) {
+	failure := errors.New("memif: injected failure")
+	defer func(d func(string, string, memif.Config) (*memif.Link, error)) { dialMemif = d }(dialMemif)
+	dialMemif = func(string, string, memif.Config) (*memif.Link, error) { return nil, failure }
+	for _, tc := range []struct{ listen, want string }{{LinkAuto, trUDP}, {LinkMemif, "tcp"}} {
+		t.Run(tc.listen, func(t *testing.T) {
+			ln := listen(t, ListenConfig{Link: tc.listen, Stream: streamSmall})
+			c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+			defer c.Close()
+			defer s.Close()
+			if transport(c) != tc.want || transport(s) != tc.want {
+				t.Fatalf("transports %q, %q, want %q", transport(c), transport(s), tc.want)
+			}
+			checkReason(t, "dialer", c, "injected failure")
+			checkReason(t, "listener", s, "injected failure")
+			echoCheck(t, c, s, 64<<10)
+		})
+	}
+}
+
+// TestMemifOfferSecret: a client with the wrong secret is refused and the
+// offer stays open for the peer that has it; an offer nobody takes times
+// out.
+func TestMemifOfferSecret(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	o, err := newMemifOffer(lo, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	if !strings.HasPrefix(o.socket, "@") || len(o.secret) != 22 {
+		t.Fatalf("offer socket %q, secret of %d bytes", o.socket, len(o.secret))
+	}
+	cfg := memifConfig(lo, time.Now().Add(5*time.Second))
+	if l, err := memif.Dial(o.socket, "not the secret", cfg); err == nil {
+		l.Close()
+		t.Fatal("a wrong secret connected")
+	}
+	l, err := memif.Dial(o.socket, o.secret, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got, err := o.take(time.Now().Add(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Close()
+	if _, err := memif.Dial(o.socket, o.secret, cfg); err == nil {
+		t.Fatal("the offer took a second client")
+	}
+
+	idle, err := newMemifOffer(lo, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.close()
+	if _, err := idle.take(time.Now().Add(20 * time.Millisecond)); err == nil || !strings.Contains(err.Error(), "did not connect") {
+		t.Fatalf("take of an offer nobody took: %v", err)
+	}
+}
+
+// TestHostileMemifOffer: a Hello whose memif offer points at a socket
+// that is not a memif server (here one that answers garbage) or at
+// nothing does not hurt the listener: it answers on udp, says why, and
+// goes on serving.
+func TestHostileMemifOffer(t *testing.T) {
+	ln := listen(t, ListenConfig{HandshakeTimeout: 2 * time.Second})
+	junk, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@rsock-test-junk-" + t.Name(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	go func() {
+		for {
+			c, err := junk.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("not a memif hello"))
+			c.Close()
+		}
+	}()
+	good := &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream | fallback.CapMemif, Provider: "softroce", Link: "udp",
+		GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, UDPPort: 4791, QPN: 0x11, MTU: 1024, RingAddr: 4096, RingRKey: 1, RingSize: 4096, RecvDepth: 64,
+		MemifSecret: "x"}
+	for _, sock := range []string{junk.Addr().String(), "@rsock-test-nobody", filepath.Join(t.TempDir(), "none"), "/proc/self/status"} {
+		h := *good
+		h.MemifSocket = sock
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := fallback.WritePrefaceAndHello(c, &h); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := fallback.ReadReply(c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("offer %q: %v", sock, err)
+		}
+		if !reply.Accept || reply.Hello.Link != LinkUDP || !strings.Contains(reply.Reason, "memif") {
+			t.Fatalf("offer %q: reply %+v, want an Accept on udp saying why not memif", sock, reply)
+		}
+	}
+	// The listener still serves.
+	c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+	defer c.Close()
+	defer s.Close()
+	echoCheck(t, c, s, 64<<10)
+}
+
+func TestSameHost(t *testing.T) {
+	for _, tc := range []struct {
+		local, remote string
+		want          bool
+	}{
+		{"127.0.0.1", "127.0.0.1", true},
+		{"127.0.0.1", "127.0.0.2", true},
+		{"::1", "::1", true},
+		{"10.0.0.1", "10.0.0.1", true},
+		{"10.0.0.1", "::ffff:10.0.0.1", true},
+		{"10.0.0.1", "10.0.0.2", false},
+		{"fd00::1", "fd00::2", false},
+	} {
+		if got := sameHost(netip.MustParseAddr(tc.local), netip.MustParseAddr(tc.remote)); got != tc.want {
+			t.Errorf("sameHost(%s, %s) = %v", tc.local, tc.remote, got)
+		}
+	}
+}
+
+// memifResidue lists what memif left in this process: mappings and file
+// descriptors of memif regions, and bound abstract memif sockets.
+func memifResidue(t *testing.T) []string {
+	t.Helper()
+	var left []string
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.Contains(line, "memif_region") {
+			left = append(left, "mapping "+line)
+		}
+	}
+	fds, _ := filepath.Glob("/proc/self/fd/*")
+	sockets := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(fd)
+		if err != nil {
+			continue
+		}
+		if strings.Contains(target, "memif_region") {
+			left = append(left, "fd "+target)
+		}
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			sockets[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	unix, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(unix), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && sockets[f[6]] && strings.HasPrefix(f[7], "@rsock-memif-") {
+			left = append(left, "socket "+f[7])
+		}
+	}
+	return left
+}
