@@ -34,6 +34,12 @@ const (
 	EnvProvider = "RSOCK_PROVIDER"
 	EnvLink     = "RSOCK_LINK"
 	EnvRingSize = "RSOCK_RING_SIZE"
+	// EnvMemifWire names an external memif server socket (a virtual wire
+	// such as dpdk-testpmd or VPP) that the process connects to as memif
+	// client and shares among its connections, instead of a memif link
+	// per connection; EnvMemifSecret is the secret it expects.
+	EnvMemifWire   = "RSOCK_MEMIF_WIRE"
+	EnvMemifSecret = "RSOCK_MEMIF_SECRET"
 )
 
 // settings is the resolved choice of provider, link and stream sizing.
@@ -41,6 +47,9 @@ type settings struct {
 	provider string
 	link     string
 	stream   rsock.Config
+	// wire is the external memif server that the shared devices connect
+	// to ($RSOCK_MEMIF_WIRE), or "".
+	wire string
 }
 
 // resolve fills empty knobs from the environment and checks them.
@@ -81,7 +90,13 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 			return settings{}, fmt.Errorf("netconn: %w", err)
 		}
 	}
-	return settings{provider: provider, link: link, stream: stream}, nil
+	set := settings{provider: provider, link: link, stream: stream}
+	if set.wire = os.Getenv(EnvMemifWire); set.wire != "" {
+		if link == LinkUDP {
+			return settings{}, fmt.Errorf("netconn: %s is set, and the link is udp", EnvMemifWire)
+		}
+	}
+	return set, nil
 }
 
 // rdma reports whether RDMA is to be tried at all.
@@ -90,5 +105,18 @@ func (s settings) rdma() bool { return s.provider != ProviderTCP }
 // memif reports whether a same-host connection should try memif: a
 // soft-RoCE link choice other than udp.
 func (s settings) memif() bool {
-	return s.link != LinkUDP && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
+	return s.wire == "" && s.link != LinkUDP && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
 }
+
+// sharedLink names the link of the devices connections share: udp, or
+// the external memif wire.
+func (s settings) sharedLink() string {
+	if s.wire != "" {
+		return linkWirePrefix + s.wire
+	}
+	return LinkUDP
+}
+
+// linkWirePrefix starts the registry's link name of a device on an
+// external memif wire; the socket path follows.
+const linkWirePrefix = "memif-wire:"

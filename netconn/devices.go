@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +79,11 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 			least = d
 		}
 	}
-	if least != nil && (least.refs == 0 || len(devs) >= maxDevices()) {
+	limit := maxDevices()
+	if strings.HasPrefix(link, linkWirePrefix) {
+		limit = 1 // a wire is one memif connection
+	}
+	if least != nil && (least.refs == 0 || len(devs) >= limit) {
 		return least.ref(), nil
 	}
 	d, err := openDevice(key)
@@ -105,6 +110,9 @@ func (d *sharedDevice) ref() *sharedDevice {
 // openDevice opens a device for key, with one reference. The caller holds
 // registry.
 func openDevice(key deviceKey) (*sharedDevice, error) {
+	if wire, ok := strings.CutPrefix(key.link, linkWirePrefix); ok {
+		return openWireDevice(key, wire)
+	}
 	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)

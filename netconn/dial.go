@@ -124,7 +124,7 @@ const (
 func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Conn, plain plainness, _ error) {
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
 	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, err := acquireDevice(set.provider, LinkUDP, local)
+	dev, err := acquireDevice(set.provider, set.sharedLink(), local)
 	if err != nil {
 		return newTCPConn(c, err.Error()), notPlain, nil // no usable provider: plain TCP, no preface sent
 	}
@@ -172,7 +172,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 			hello.Capabilities |= fallback.CapMemif
 			hello.MemifSocket, hello.MemifSecret = offer.socket, offer.secret
 		}
-	} else if set.link == LinkMemif {
+	} else if set.link == LinkMemif && set.wire == "" {
 		memifWhy = fmt.Sprintf("the peer %v is not on this host", remote)
 	}
 	werr := fallback.WriteHello(c, hello)
@@ -216,11 +216,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 	}
 	var s *rsock.Stream
 	switch {
-	case reply.Hello.Link == LinkMemif:
-		if offer == nil {
-			err = errors.New("the listener chose memif, which was not offered")
-			break
-		}
+	case reply.Hello.Link == LinkMemif && offer != nil:
 		// The listener connected to our offer: move to a queue pair on
 		// that link, and let the udp endpoint go.
 		var mdev *sharedDevice
@@ -234,7 +230,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		dev, ep = mdev, mep
 		fail = func() { ep.Close(); releaseDevice(dev) }
 		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	case set.link == LinkMemif:
+	case set.link == LinkMemif && set.wire == "":
 		err = errors.New("memif is required and not possible: " + memifWhy)
 	case compatible(dev, reply.Hello):
 		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})

@@ -221,10 +221,10 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 			return decline(err.Error())
 		}
 		memifWhy = err.Error() // on to udp
-	case l.set.link == LinkMemif:
+	case l.set.link == LinkMemif && l.set.wire == "":
 		return decline("this listener runs memif only, and the dialer did not offer it")
 	}
-	dev, err := acquireDevice(l.set.provider, LinkUDP, local)
+	dev, err := acquireDevice(l.set.provider, l.set.sharedLink(), local)
 	if err != nil {
 		return decline(err.Error())
 	}

@@ -173,3 +173,19 @@ func openMemifDevice(l *memif.Link, ip netip.Addr) (*sharedDevice, error) {
 	key := deviceKey{provider: ProviderSoftRoCE, link: LinkMemif, ip: ip.Unmap()}
 	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1, private: true}, nil
 }
+
+// openWireDevice opens a shared device on an external memif wire: a memif
+// client link to the server socket wire, with the secret of
+// $RSOCK_MEMIF_SECRET.
+func openWireDevice(key deviceKey, wire string) (*sharedDevice, error) {
+	l, err := dialMemif(wire, os.Getenv(EnvMemifSecret), memifConfig(key.ip, time.Now().Add(DefaultHandshakeTimeout)))
+	if err != nil {
+		return nil, fmt.Errorf("netconn: memif wire %s: %w", wire, err)
+	}
+	d, err := openMemifDevice(l, key.ip)
+	if err != nil {
+		return nil, err
+	}
+	d.key, d.private = key, false
+	return d, nil
+}

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
 )
 
@@ -235,4 +237,73 @@ func memifResidue(t *testing.T) []string {
 		}
 	}
 	return left
+}
+
+// TestMemifWire: with $RSOCK_MEMIF_WIRE, connections share one device on
+// an external memif server instead of a memif link each. The server here
+// is a hairpin (it sends every frame back), so both ends share that one
+// device; test/memif/testpmd.sh runs two processes across dpdk-testpmd.
+func TestMemifWire(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "wire.sock")
+	wln, err := memif.Listen(sock, "wire-secret", memif.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wln.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer wln.Close()
+	wg.Add(1)
+	go func() { // a client at a time, as a memif port serves one
+		defer wg.Done()
+		for {
+			l, err := wln.Accept()
+			if err != nil {
+				return
+			}
+			hairpin(l)
+		}
+	}()
+	t.Setenv(EnvMemifWire, sock)
+	t.Setenv(EnvMemifSecret, "wire-secret")
+	ln := listen(t, ListenConfig{Link: LinkMemif, Stream: streamSmall})
+	for range 2 {
+		c, s := connPair(t, ln, &Dialer{Link: LinkMemif, Stream: streamSmall})
+		if transport(c) != trMemif || transport(s) != trMemif {
+			t.Fatalf("transports %q, %q (%q, %q)", transport(c), transport(s), c.(*Conn).FallbackReason(), s.(*Conn).FallbackReason())
+		}
+		if c.(*Conn).dev != s.(*Conn).dev || c.(*Conn).dev.private {
+			t.Fatal("the ends do not share the wire's device")
+		}
+		echoCheck(t, c, s, 1<<20)
+		c.Close()
+		s.Close()
+	}
+	t.Setenv(EnvMemifWire, "")
+	if _, err := resolve("", LinkUDP, streamSmall); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvMemifWire, sock)
+	if _, err := resolve("", LinkUDP, streamSmall); err == nil {
+		t.Fatal("a memif wire with link udp resolved")
+	}
+}
+
+// hairpin sends every frame l receives back, until l fails.
+func hairpin(l *memif.Link) {
+	defer l.Close()
+	pkts := make([]link.Packet, 32)
+	for i := range pkts {
+		pkts[i].Buf = make([]byte, 9216)
+	}
+	for {
+		n, err := l.Recv(pkts)
+		if err != nil || l.Send(pkts[:n]) != nil {
+			return
+		}
+	}
 }

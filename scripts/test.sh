@@ -43,6 +43,15 @@ fuzz() {
 	done
 }
 
+# Interop with DPDK's memif (dpdk-testpmd as a virtual wire), including a
+# 1 GiB netconn stream; it skips when dpdk-testpmd is not installed.
+echo "== memif through dpdk-testpmd"
+bash test/memif/testpmd.sh >"${TMPDIR:-/tmp}/rsock-testpmd.log" 2>&1 || {
+	cat "${TMPDIR:-/tmp}/rsock-testpmd.log"
+	exit 1
+}
+grep -E '^(SKIP|== |--- |verified)' "${TMPDIR:-/tmp}/rsock-testpmd.log" || true
+
 if [ "$FUZZTIME" != "0" ]; then
 	echo "== fuzz ($FUZZTIME per target)"
 	for pkg in $(go list ./...); do

@@ -7,6 +7,10 @@
 #     ports connect as clients (DPDK creates the shared memory).
 # Each sends RoCEv2 frames both ways through testpmd and checks every byte
 # and every ICRC.
+#  3. two rsockbench processes (netconn with RSOCK_MEMIF_WIRE: each
+#     process's memif link connects to one testpmd port) stream 1 GiB over
+#     a netconn connection through testpmd, verified byte for byte
+#     (BYTES= to change the size).
 #
 # Skips (exit 0) when dpdk-testpmd is not installed (Debian: apt-get
 # install dpdk-dev). testpmd busy-polls one core while it runs, for a few
@@ -82,6 +86,48 @@ if ! wait_sockets "$dir/port0.sock" "$dir/port1.sock"; then
 fi
 MEMIF_TESTPMD_SOCKETS="$dir/port0.sock $dir/port1.sock" MEMIF_TESTPMD_SECRET="$secret" \
 	"$dir/memif.test" -test.count=1 -test.run '^TestTestpmd$' -test.v || status=$?
+stop_testpmd
+if [ "$status" != 0 ]; then
+	echo "--- dpdk-testpmd log"
+	cat "$log"
+	exit "$status"
+fi
+
+echo "== netconn through testpmd: rsockbench client -verify -bytes ${BYTES:-1GiB}"
+go build -o "$dir/rsockbench" ./cmd/rsockbench
+start_testpmd server "$dir/port0.sock" "$dir/port1.sock"
+if ! wait_sockets "$dir/port0.sock" "$dir/port1.sock"; then
+	echo "dpdk-testpmd did not create its memif sockets:"
+	cat "$log"
+	exit 1
+fi
+# The sockets exist before their ports take clients ("ID not found"):
+# wait until testpmd forwards.
+for _ in $(seq 100); do grep -q "forwards packets" "$log" && break; sleep 0.1; done
+RSOCK_MEMIF_WIRE="$dir/port1.sock" RSOCK_MEMIF_SECRET="$secret" \
+	"$dir/rsockbench" server -verify -link memif -addr 127.0.0.1:0 -sessions 1 >"$dir/server.out" 2>&1 &
+gopid=$!
+addr=
+for _ in $(seq 100); do
+	addr=$(sed -n 's/^rsockbench server: rsock on \([^ ,]*\).*/\1/p' "$dir/server.out" | head -1)
+	[ -n "$addr" ] && break
+	sleep 0.1
+done
+if [ -z "$addr" ]; then
+	echo "rsockbench server did not start:"
+	cat "$dir/server.out"
+	exit 1
+fi
+RSOCK_MEMIF_WIRE="$dir/port0.sock" RSOCK_MEMIF_SECRET="$secret" \
+	"$dir/rsockbench" client -verify -link memif -addr "$addr" -bytes "${BYTES:-1GiB}" -json "$dir/client.json" || status=$?
+wait "$gopid" || status=$?
+gopid=
+cat "$dir/server.out"
+if [ "$status" = 0 ] && ! grep -q '"conn_transport":"rdma/softroce/memif","server_transport":"rdma/softroce/memif"' "$dir/client.json"; then
+	echo "the stream did not run over memif:"
+	cat "$dir/client.json"
+	status=1
+fi
 stop_testpmd
 if [ "$status" != 0 ]; then
 	echo "--- dpdk-testpmd log"
