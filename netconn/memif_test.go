@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,4 +307,45 @@ func hairpin(l *memif.Link) {
 			return
 		}
 	}
+}
+
+// TestIdleMemifConn: a connected memif pair with a Read waiting on each
+// end costs under 1% of a core while nothing moves (the links sleep on
+// their eventfds, the queue pairs' timers are idle).
+func TestIdleMemifConn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes two seconds")
+	}
+	ln := listen(t, ListenConfig{Link: LinkMemif})
+	c, s := connPair(t, ln, &Dialer{Link: LinkMemif})
+	echoCheck(t, c, s, 1<<20) // traffic first, so that the links have been polling
+	var wg sync.WaitGroup
+	for _, conn := range []net.Conn{c, s} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn.Read(make([]byte, 1))
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	c0, w0 := processCPU(t), time.Now()
+	time.Sleep(2 * time.Second)
+	used, wall := processCPU(t)-c0, time.Since(w0)
+	c.Close()
+	s.Close()
+	wg.Wait()
+	share := float64(used) / float64(wall)
+	t.Logf("idle memif connection: %v CPU in %v (%.2f%% of a core)", used, wall.Round(time.Millisecond), 100*share)
+	if share >= 0.01 {
+		t.Fatalf("an idle memif connection used %.2f%% of a core", 100*share)
+	}
+}
+
+// processCPU is the CPU time (user and system) the process used so far.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
