@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rsock-go/rsock/rsock"
@@ -51,9 +52,12 @@ type sharedDevice struct {
 
 var registry = struct {
 	sync.Mutex
-	devs   map[deviceKey][]*sharedDevice
-	opened int // devices opened so far, to name them
-}{devs: make(map[deviceKey][]*sharedDevice)}
+	devs    map[deviceKey][]*sharedDevice
+	opening map[deviceKey]chan struct{} // closed when the device being opened is in devs, or failed
+}{devs: make(map[deviceKey][]*sharedDevice), opening: make(map[deviceKey]chan struct{})}
+
+// devicesOpened counts the devices opened so far, to name them.
+var devicesOpened atomic.Int64
 
 // errNoRDMACore is the provider failure when rdma-core support is not
 // compiled in.
@@ -61,7 +65,9 @@ var errNoRDMACore = errors.New("netconn: the rdmacore provider is not built into
 
 // acquireDevice returns a device for a provider choice and local IP: the
 // one with the fewest connections, or a new one (see maxDevices). Release
-// it with releaseDevice.
+// it with releaseDevice. The registry is not locked while a device opens
+// (a socket, a memif handshake): only other dialers of the same key wait
+// for an opening, and only when there is no device to share.
 func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) {
 	switch provider {
 	case ProviderAuto:
@@ -70,31 +76,65 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 		return nil, errNoRDMACore
 	}
 	key := deviceKey{provider, link, ip.Unmap()}
-	registry.Lock()
-	defer registry.Unlock()
-	devs := registry.devs[key]
+	limit := maxDevices()
+	if strings.HasPrefix(link, linkWirePrefix) {
+		limit = 1 // a wire is one memif connection
+	}
+	for {
+		registry.Lock()
+		devs := registry.devs[key]
+		least := leastUsed(devs)
+		if least != nil && (least.refs == 0 || len(devs) >= limit) {
+			d := least.ref()
+			registry.Unlock()
+			return d, nil
+		}
+		if opening, busy := registry.opening[key]; busy {
+			if least != nil {
+				d := least.ref() // share rather than wait
+				registry.Unlock()
+				return d, nil
+			}
+			registry.Unlock()
+			<-opening
+			continue
+		}
+		opening := make(chan struct{})
+		registry.opening[key] = opening
+		registry.Unlock()
+
+		d, err := openDevice(key)
+
+		registry.Lock()
+		delete(registry.opening, key)
+		close(opening)
+		if err != nil {
+			least := leastUsed(registry.devs[key])
+			if least != nil {
+				least.ref() // a busier device beats no device
+			}
+			registry.Unlock()
+			if least != nil {
+				return least, nil
+			}
+			return nil, err
+		}
+		registry.devs[key] = append(registry.devs[key], d)
+		registry.Unlock()
+		return d, nil
+	}
+}
+
+// leastUsed returns the device of devs with the fewest connections, or
+// nil. The caller holds registry.
+func leastUsed(devs []*sharedDevice) *sharedDevice {
 	var least *sharedDevice
 	for _, d := range devs {
 		if least == nil || d.refs < least.refs {
 			least = d
 		}
 	}
-	limit := maxDevices()
-	if strings.HasPrefix(link, linkWirePrefix) {
-		limit = 1 // a wire is one memif connection
-	}
-	if least != nil && (least.refs == 0 || len(devs) >= limit) {
-		return least.ref(), nil
-	}
-	d, err := openDevice(key)
-	if err != nil {
-		if least != nil {
-			return least.ref(), nil // a busier device beats no device
-		}
-		return nil, err
-	}
-	registry.devs[key] = append(devs, d)
-	return d, nil
+	return least
 }
 
 // ref counts a new connection on d. The caller holds registry.
@@ -107,8 +147,8 @@ func (d *sharedDevice) ref() *sharedDevice {
 	return d
 }
 
-// openDevice opens a device for key, with one reference. The caller holds
-// registry.
+// openDevice opens a device for key, with one reference. The caller does
+// not hold registry.
 func openDevice(key deviceKey) (*sharedDevice, error) {
 	if wire, ok := strings.CutPrefix(key.link, linkWirePrefix); ok {
 		return openWireDevice(key, wire)
@@ -117,8 +157,7 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)
 	}
-	name := fmt.Sprintf("softroce%d-%v", registry.opened, key.ip)
-	registry.opened++
+	name := fmt.Sprintf("softroce%d-%v", devicesOpened.Add(1)-1, key.ip)
 	// As rxe does, the device's MTU is its interface's (the link has no
 	// netdev of its own); each connection may lower it to its route's.
 	mtu := verbs.MTU4096
@@ -144,39 +183,47 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 var listenLink = func(cfg udp.Config) (link.Link, error) { return udp.Listen(cfg) }
 
 // releaseDevice drops a reference; the last one closes the device after
-// deviceLinger.
+// deviceLinger. A device is taken out of the registry under its lock and
+// closed outside it.
 func releaseDevice(d *sharedDevice) {
 	if d.private {
 		d.dev.Close()
 		return
 	}
 	registry.Lock()
-	defer registry.Unlock()
 	d.refs--
 	if d.refs > 0 {
+		registry.Unlock()
 		return
 	}
 	if deviceLinger <= 0 {
-		closeDeviceLocked(d)
+		removeLocked(d)
+		registry.Unlock()
+		d.dev.Close()
 		return
 	}
 	d.timer = time.AfterFunc(deviceLinger, func() {
 		registry.Lock()
-		defer registry.Unlock()
-		if d.refs == 0 && slices.Contains(registry.devs[d.key], d) {
-			closeDeviceLocked(d)
+		idle := d.refs == 0 && slices.Contains(registry.devs[d.key], d)
+		if idle {
+			removeLocked(d)
+		}
+		registry.Unlock()
+		if idle {
+			d.dev.Close()
 		}
 	})
+	registry.Unlock()
 }
 
-func closeDeviceLocked(d *sharedDevice) {
+// removeLocked takes d out of the registry. The caller holds registry.
+func removeLocked(d *sharedDevice) {
 	devs := slices.DeleteFunc(registry.devs[d.key], func(e *sharedDevice) bool { return e == d })
 	if len(devs) == 0 {
 		delete(registry.devs, d.key)
 	} else {
 		registry.devs[d.key] = devs
 	}
-	d.dev.Close()
 }
 
 // transport names the path of a device, e.g. "rdma/softroce/udp".

@@ -3,7 +3,9 @@ package netconn
 import (
 	"errors"
 	"net/netip"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
@@ -95,5 +97,86 @@ func TestDeviceOpenFails(t *testing.T) {
 			releaseDevice(d)
 		}
 		t.Fatalf("no device and none can be opened: %v", err)
+	}
+}
+
+// TestDeviceOpenDoesNotBlockRegistry: while one device is opening (here
+// held open by the test), devices of other addresses are acquired and
+// released, and Counters answers: the registry is not locked across the
+// open.
+func TestDeviceOpenDoesNotBlockRegistry(t *testing.T) {
+	defer func(f func(udp.Config) (link.Link, error)) { listenLink = f }(listenLink)
+	slow := netip.MustParseAddr("127.0.0.2")
+	entered, release := make(chan struct{}), make(chan struct{})
+	listenLink = func(cfg udp.Config) (link.Link, error) {
+		if cfg.Addr.Addr() == slow {
+			close(entered)
+			<-release
+		}
+		return udp.Listen(cfg)
+	}
+	slowDone := make(chan error, 1)
+	go func() {
+		d, err := acquireDevice(ProviderSoftRoCE, "udp", slow)
+		if err == nil {
+			releaseDevice(d)
+		}
+		slowDone <- err
+	}()
+	<-entered
+	fast := make(chan error, 1)
+	go func() {
+		d, err := acquireDevice(ProviderSoftRoCE, "udp", netip.MustParseAddr("127.0.0.1"))
+		if err == nil {
+			Counters()
+			releaseDevice(d)
+		}
+		fast <- err
+	}()
+	select {
+	case err := <-fast:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("acquiring a device waited for another address's device to open")
+	}
+	close(release)
+	if err := <-slowDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentAcquire: many connections acquiring at once share a
+// bounded number of devices.
+func TestConcurrentAcquire(t *testing.T) {
+	defer func(f func() int) { maxDevices = f }(maxDevices)
+	maxDevices = func() int { return 2 }
+	ip := netip.MustParseAddr("127.0.0.1")
+	var wg sync.WaitGroup
+	devs := make([]*sharedDevice, 32)
+	for i := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := acquireDevice(ProviderSoftRoCE, "udp", ip)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			devs[i] = d
+		}()
+	}
+	wg.Wait()
+	distinct := map[*sharedDevice]bool{}
+	for _, d := range devs {
+		if d != nil {
+			distinct[d] = true
+			releaseDevice(d)
+		}
+	}
+	if len(distinct) > 2 {
+		t.Fatalf("%d devices for one address with maxDevices 2", len(distinct))
 	}
 }
