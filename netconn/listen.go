@@ -32,7 +32,17 @@ type ListenConfig struct {
 	// HandshakeTimeout bounds the rest of the handshake; default
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// MaxPendingHandshakes bounds the rsock handshakes in progress (each
+	// holds a queue pair and its rings until the dialer confirms and the
+	// connection is queued for Accept); default
+	// DefaultMaxPendingHandshakes. A further dialer waits for one to end,
+	// up to half of HandshakeTimeout, then is declined and served over
+	// TCP.
+	MaxPendingHandshakes int
 }
+
+// DefaultMaxPendingHandshakes is the default ListenConfig.MaxPendingHandshakes.
+const DefaultMaxPendingHandshakes = 64
 
 // Listen announces on the local network address ("tcp", "tcp4", "tcp6").
 func Listen(network, address string) (net.Listener, error) {
@@ -59,7 +69,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if hs <= 0 {
 		hs = DefaultHandshakeTimeout
 	}
+	pending := lc.MaxPendingHandshakes
+	if pending <= 0 {
+		pending = DefaultMaxPendingHandshakes
+	}
 	l := &Listener{
+		slots:     make(chan struct{}, pending),
 		fl:        fallback.NewListener(inner, fallback.ListenerConfig{SniffTimeout: lc.SniffTimeout, HandshakeTimeout: hs}),
 		set:       set,
 		handshake: hs,
@@ -76,6 +91,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // every other TCP client as plain TCP.
 type Listener struct {
 	fl        *fallback.Listener
+	slots     chan struct{} // one per handshake in progress
 	set       settings
 	handshake time.Duration
 
@@ -158,6 +174,12 @@ func (l *Listener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			if !l.takeSlot() {
+				l.untrack(a.Conn)
+				l.declineBusy(a.Conn)
+				return
+			}
+			defer func() { <-l.slots }() // after delivery: an accepted conn still holds its rings
 			c, err := l.negotiate(a.Conn, a.Hello)
 			l.untrack(a.Conn)
 			if err != nil {
@@ -167,6 +189,40 @@ func (l *Listener) acceptLoop() {
 			l.deliver(c)
 		}()
 	}
+}
+
+// takeSlot waits for a handshake slot, for half the handshake timeout (so
+// that a dialer waiting as long still hears why), and reports whether it
+// got one.
+func (l *Listener) takeSlot() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(l.handshake / 2)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-l.done:
+	}
+	return false
+}
+
+// declineBusy answers a dialer that found every handshake slot taken: it
+// is declined and served over TCP. The Decline is a few bytes on a new
+// connection and does not wait for the client.
+func (l *Listener) declineBusy(c net.Conn) {
+	reason := fmt.Sprintf("listener busy: %d rsock handshakes in progress", cap(l.slots))
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	if err := fallback.WriteReply(c, fallback.Decline(reason)); err != nil {
+		c.Close()
+		return
+	}
+	c.SetWriteDeadline(time.Time{})
+	l.deliver(newTCPConn(c, reason))
 }
 
 // track records a conn under negotiation; false if the listener closed.

@@ -578,3 +578,56 @@ func TestLatePreface(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingHandshakesBounded: with every handshake slot held by dialers
+// that never confirm, a further dialer waits half the handshake timeout,
+// then is declined and served over TCP; once the stalled dialers go
+// away, RDMA is back.
+func TestPendingHandshakesBounded(t *testing.T) {
+	ln := listen(t, ListenConfig{MaxPendingHandshakes: 2, HandshakeTimeout: 4 * time.Second})
+	hello := &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream, Provider: "softroce", Link: "udp",
+		GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, UDPPort: 4791, QPN: 0x11, MTU: 1024, RingAddr: 4096, RingRKey: 1, RingSize: 4096, RecvDepth: 64}
+	var stalled []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := fallback.WritePrefaceAndHello(c, hello); err != nil {
+			t.Fatal(err)
+		}
+		// The listener's Accept reply means its slot is taken; this
+		// dialer never confirms.
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if r, err := fallback.ReadReply(c); err != nil || !r.Accept {
+			t.Fatalf("stalled dialer: %+v, %v", r, err)
+		}
+		stalled = append(stalled, c)
+	}
+	c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+	if transport(c) != "tcp" || !strings.Contains(c.(*Conn).FallbackReason(), "busy") || !strings.Contains(s.(*Conn).FallbackReason(), "busy") {
+		t.Fatalf("with every slot taken: %q (%q), %q (%q)", transport(c), c.(*Conn).FallbackReason(), transport(s), s.(*Conn).FallbackReason())
+	}
+	echoCheck(t, c, s, 64<<10)
+	c.Close()
+	s.Close()
+	for _, sc := range stalled {
+		sc.Close()
+	}
+	// The slots free as the listener sees the stalled dialers hang up
+	// (or at the latest when their handshakes time out).
+	for i := 0; ; i++ {
+		c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+		tr := transport(c)
+		c.Close()
+		s.Close()
+		if strings.HasPrefix(tr, "rdma") {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("still %q after the stalled dialers left", tr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
