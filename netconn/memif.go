@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
-	"github.com/rsock-go/rsock/verbs/softroce"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
 )
@@ -155,23 +154,13 @@ func (o *memifOffer) close() {
 // openMemifDevice opens a connection's private soft-RoCE device over l,
 // with one reference; l is closed with it, or on failure.
 func openMemifDevice(l *memif.Link, ip netip.Addr) (*sharedDevice, error) {
-	dev, err := softroce.Open(softroce.Config{
-		Name:     "softroce-memif-" + l.LocalAddr().Addr().String(),
-		Link:     l,
-		MaxMTU:   verbs.MTU4096,
-		AckDelay: streamAckDelay,
-	})
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	pd, err := dev.AllocPD()
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
 	key := deviceKey{provider: ProviderSoftRoCE, link: LinkMemif, ip: ip.Unmap()}
-	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1, private: true}, nil
+	d, err := newDevice(key, "softroce-memif-"+ip.Unmap().String(), l, verbs.MTU4096)
+	if err != nil {
+		return nil, err
+	}
+	d.private = true
+	return d, nil
 }
 
 // openWireDevice opens a shared device on an external memif wire: a memif

@@ -187,13 +187,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	// QPs first, while the link still sends: each flushes an ACK it owes.
-	d.qpMu.Lock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
-	d.qpMu.Unlock()
-	for _, q := range qps {
+	for _, q := range d.allQPs() {
 		q.Close()
 	}
 	// A batch in progress may hold the ACK of a request whose data the
@@ -230,13 +224,7 @@ func (d *Device) Close() error {
 // to run out would only delay the error. Each QP's Cause names the link's
 // failure.
 func (d *Device) linkDown(err error) {
-	d.qpMu.RLock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
-	d.qpMu.RUnlock()
-	for _, q := range qps {
+	for _, q := range d.allQPs() {
 		q.mu.Lock()
 		if !q.closed && q.attr.State != verbs.QPSReset && q.attr.State != verbs.QPSErr {
 			q.cause = fmt.Errorf("softroce: the %s link failed: %w", d.link.Name(), err)
@@ -244,6 +232,17 @@ func (d *Device) linkDown(err error) {
 		}
 		q.mu.Unlock()
 	}
+}
+
+// allQPs returns the device's QPs.
+func (d *Device) allQPs() []*QP {
+	d.qpMu.RLock()
+	defer d.qpMu.RUnlock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	return qps
 }
 
 // lookupQP returns the QP numbered qpn, or nil.
