@@ -631,3 +631,96 @@ func TestPendingHandshakesBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSlowloris: clients that connect and send nothing, or trickle the
+// preface and a Hello a byte at a time, do not keep the listener from
+// serving others: an rsock dialer and a plain client meanwhile get
+// through at once.
+func TestSlowloris(t *testing.T) {
+	ln := listen(t, ListenConfig{HandshakeTimeout: 3 * time.Second})
+	accepted := make(chan net.Conn, 1024)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	hello := &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream, Provider: "softroce", Link: "udp",
+		GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, UDPPort: 4791, QPN: 0x11, MTU: 1024, RingAddr: 4096, RingRKey: 1, RingSize: 4096, RecvDepth: 64}
+	slow := append(fallback.Preface[:], fallback.AppendHello(nil, hello)...)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 128 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			defer c.Close() // silent
+			continue
+		}
+		wg.Add(1)
+		go func() { // a byte every 20 ms
+			defer wg.Done()
+			defer c.Close()
+			for _, b := range slow {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte{b}); err != nil {
+					return
+				}
+			}
+			<-stop
+		}()
+	}
+	d := &Dialer{Stream: streamSmall, HandshakeTimeout: 2 * time.Second}
+	c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if transport(c) != loopbackTransport() {
+		t.Fatalf("dialer among slow clients: %q (%q)", transport(c), c.(*Conn).FallbackReason())
+	}
+	plain, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	plain.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	// Among what Accept returns (the silent clients come as plain TCP
+	// after the sniff), find both.
+	var rdma net.Conn
+	gotPlain := false
+	deadline := time.After(10 * time.Second)
+	for rdma == nil || !gotPlain {
+		select {
+		case s, ok := <-accepted:
+			if !ok {
+				t.Fatal("listener closed")
+			}
+			defer s.Close()
+			if transport(s) != "tcp" {
+				rdma = s
+				continue
+			}
+			s.SetReadDeadline(time.Now().Add(time.Millisecond))
+			b := make([]byte, 3)
+			if n, _ := io.ReadFull(s, b); n == 3 && string(b) == "GET" {
+				gotPlain = true
+			}
+		case <-deadline:
+			t.Fatalf("after 10 s: rsock conn accepted %v, plain client accepted %v", rdma != nil, gotPlain)
+		}
+	}
+	echoCheck(t, c, rdma, 64<<10)
+}
