@@ -1,9 +1,12 @@
 package netconn
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,12 +21,24 @@ const childEnv = "RSOCK_NETCONN_TEST_CHILD"
 
 var streamSmall = rsock.Config{RingSize: 64 << 10}
 
-// runChild is the child process of TestPeerKilled: it dials the address
-// in its environment, reports its transport, and streams until killed.
+// runChild is the child process of TestPeerKilled: with "listen" in its
+// environment it listens on loopback, prints the address and accepts one
+// connection; otherwise it dials the address in its environment. It
+// prints its transport and streams both ways until killed.
 func runChild() {
-	c, err := (&Dialer{}).DialContext(context.Background(), "tcp", os.Getenv(childEnv))
+	var c net.Conn
+	var err error
+	if os.Getenv(childEnv) == "listen" {
+		var ln net.Listener
+		if ln, err = Listen("tcp", "127.0.0.1:0"); err == nil {
+			fmt.Println(ln.Addr())
+			c, err = ln.Accept()
+		}
+	} else {
+		c, err = (&Dialer{}).DialContext(context.Background(), "tcp", os.Getenv(childEnv))
+	}
 	if err != nil {
-		fmt.Println("dial:", err)
+		fmt.Println("child:", err)
 		os.Exit(1)
 	}
 	fmt.Println(c.(*Conn).Transport())
@@ -36,13 +51,25 @@ func runChild() {
 	}
 }
 
-// TestPeerKilled: a peer process killed with SIGKILL mid-stream; the
-// survivor's Read and Write fail within 5 s, and once it closed, nothing
-// of the link is left (no memif mapping, memfd or socket).
+// TestPeerKilled: a peer process killed with SIGKILL mid-stream, as
+// dialer or as listener, while data flows both ways; the survivor's Read
+// and Write fail within 5 s, and once it closed, nothing of the link is
+// left (no memif mapping, memfd or socket).
 func TestPeerKilled(t *testing.T) {
-	ln := listen(t, ListenConfig{})
+	for _, role := range []string{"dialer", "listener"} {
+		t.Run("child-"+role, func(t *testing.T) { peerKilled(t, role) })
+	}
+}
+
+func peerKilled(t *testing.T, childRole string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+ln.Addr().String())
+	var ln net.Listener
+	if childRole == "dialer" {
+		ln = listen(t, ListenConfig{})
+		cmd.Env = append(os.Environ(), childEnv+"="+ln.Addr().String())
+	} else {
+		cmd.Env = append(os.Environ(), childEnv+"=listen")
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -51,21 +78,32 @@ func TestPeerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	s, err := ln.Accept()
+	lines := bufio.NewReader(out)
+	var s net.Conn
+	if childRole == "dialer" {
+		s, err = ln.Accept()
+	} else {
+		var addr string
+		if addr, err = lines.ReadString('\n'); err == nil {
+			s, err = Dial("tcp", strings.TrimSpace(addr))
+		}
+	}
 	if err != nil {
 		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	defer s.Close()
-	line := make([]byte, 64)
-	n, _ := out.Read(line)
-	if strings.TrimSpace(string(line[:n])) != loopbackTransport() {
+	line, _ := lines.ReadString('\n')
+	if strings.TrimSpace(line) != loopbackTransport() || transport(s) != loopbackTransport() {
 		cmd.Process.Kill()
-		t.Fatalf("child transport %q", line[:n])
+		t.Fatalf("transports: child %q, here %q", line, transport(s))
 	}
-	// Let data flow, then kill the child mid-stream.
+	// Let data flow both ways, then kill the child mid-stream.
 	buf := make([]byte, 1<<20)
 	if _, err := io.ReadFull(s, buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write(buf[:256<<10]); err != nil {
 		t.Fatal(err)
 	}
 	if loopbackTransport() == trMemif && len(memifResidue(t)) == 0 {
@@ -92,6 +130,9 @@ func TestPeerKilled(t *testing.T) {
 	select {
 	case err := <-readErr:
 		t.Logf("read failed after %v: %v", time.Since(killed), err)
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("read error %v does not wrap ECONNRESET", err)
+		}
 	case <-time.After(5*time.Second - time.Since(killed)):
 		t.Fatal("read still blocked 5 s after the peer was killed")
 	}

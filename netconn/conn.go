@@ -2,9 +2,11 @@ package netconn
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/rsock"
@@ -35,7 +37,7 @@ const peerGoneGrace = time.Second
 
 // errPeerGone is the cause when the control connection ends without the
 // peer closing the stream.
-var errPeerGone = errors.New("netconn: connection reset: the peer's control connection closed")
+var errPeerGone = fmt.Errorf("netconn: the peer's control connection closed: %w", syscall.ECONNRESET)
 
 func newTCPConn(c net.Conn, reason string) *Conn {
 	return &Conn{tcp: c, transport: "tcp", reason: reason}
