@@ -111,6 +111,10 @@ type Counters struct {
 	CQOverruns       uint64 // completions lost to a full CQ
 	SendErrors       uint64 // packets the link failed to send (EMSGSIZE, ENETUNREACH, …)
 	OutOfOrder       uint64 // request packets placed ahead of a gap (selective repeat)
+	// UnexpectedResponses counts responses dropped unread: their PSN lies
+	// outside the outstanding range (oldest unacknowledged PSN through the
+	// highest PSN sent), or no outstanding request of their kind has it.
+	UnexpectedResponses uint64
 }
 
 // Add adds o's counts to c.
@@ -135,6 +139,7 @@ func (c *Counters) Add(o Counters) {
 	c.CQOverruns += o.CQOverruns
 	c.SendErrors += o.SendErrors
 	c.OutOfOrder += o.OutOfOrder
+	c.UnexpectedResponses += o.UnexpectedResponses
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

@@ -30,6 +30,7 @@ const (
 	cCQOverruns
 	cSendErrors
 	cOutOfOrder
+	cUnexpectedResponses
 	numCounters
 )
 
@@ -60,5 +61,7 @@ func (c *counters) snapshot() verbs.Counters {
 		CQOverruns:       c[cCQOverruns].Load(),
 		SendErrors:       c[cSendErrors].Load(),
 		OutOfOrder:       c[cOutOfOrder].Load(),
+
+		UnexpectedResponses: c[cUnexpectedResponses].Load(),
 	}
 }
