@@ -60,9 +60,8 @@ type Device struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
 
-	qpMu    sync.RWMutex
-	qps     map[uint32]*QP
-	nextQPN uint32
+	qpMu sync.RWMutex
+	qps  map[uint32]*QP
 
 	objMu  sync.Mutex
 	cqs    map[*CQ]struct{}
@@ -115,7 +114,6 @@ func Open(cfg Config) (*Device, error) {
 		lkeys:       make(map[uint32]*MR),
 		rkeys:       make(map[uint32]*MR),
 		qps:         make(map[uint32]*QP),
-		nextQPN:     0x11,
 		cqs:         make(map[*CQ]struct{}),
 		rxDone:      make(chan struct{}),
 		port: verbs.PortAttr{
