@@ -115,6 +115,10 @@ type Counters struct {
 	// outside the outstanding range (oldest unacknowledged PSN through the
 	// highest PSN sent), or no outstanding request of their kind has it.
 	UnexpectedResponses uint64
+	// OutOfSequence counts request packets ahead of the expected PSN that
+	// were dropped unplaced (all of them with go-back-N; with selective
+	// repeat those past its window, and those it cannot place early).
+	OutOfSequence uint64
 }
 
 // Add adds o's counts to c.
@@ -140,6 +144,7 @@ func (c *Counters) Add(o Counters) {
 	c.SendErrors += o.SendErrors
 	c.OutOfOrder += o.OutOfOrder
 	c.UnexpectedResponses += o.UnexpectedResponses
+	c.OutOfSequence += o.OutOfSequence
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

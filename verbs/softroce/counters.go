@@ -31,6 +31,7 @@ const (
 	cSendErrors
 	cOutOfOrder
 	cUnexpectedResponses
+	cOutOfSequence
 	numCounters
 )
 
@@ -63,5 +64,6 @@ func (c *counters) snapshot() verbs.Counters {
 		OutOfOrder:       c[cOutOfOrder].Load(),
 
 		UnexpectedResponses: c[cUnexpectedResponses].Load(),
+		OutOfSequence:       c[cOutOfSequence].Load(),
 	}
 }

@@ -152,8 +152,15 @@ func (d *Device) Port() verbs.PortAttr {
 	return p
 }
 
-// Counters returns a snapshot of the device statistics.
-func (d *Device) Counters() verbs.Counters { return d.stats.snapshot() }
+// Counters returns a snapshot of the device statistics; datagrams its link
+// dropped as malformed count under Malformed.
+func (d *Device) Counters() verbs.Counters {
+	c := d.stats.snapshot()
+	if dc, ok := d.link.(link.DropCounter); ok {
+		c.Malformed += dc.Dropped()
+	}
+	return c
+}
 
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (verbs.PD, error) {

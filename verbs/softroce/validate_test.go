@@ -207,3 +207,20 @@ func TestUnmatchedResponsesDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestsAheadCounted: a request ahead of the expected PSN, dropped
+// by a go-back-N responder, is counted, and so is every further one
+// after the single sequence NAK.
+func TestRequestsAheadCounted(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.reset(t)
+	w := ft.seedPackets()[3] // WRITE_ONLY at the expected PSN 0x100
+	for i, psn := range []uint32{0x105, 0x100 + 1<<22, 0x101} {
+		wire.BTH(w).SetPSN(psn)
+		ft.inject(w, ft.peer)
+		if c := ft.n.dev.Counters(); c.OutOfSequence != uint64(i+1) || c.SeqNAKsSent != 1 {
+			t.Fatalf("after %d requests ahead: OutOfSequence %d, SeqNAKsSent %d", i+1, c.OutOfSequence, c.SeqNAKsSent)
+		}
+	}
+	ft.check(t)
+}
