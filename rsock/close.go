@@ -62,7 +62,8 @@ func (s *Stream) teardown() {
 	// When the peer closed first, nothing is owed to it.
 	sentClose := false
 	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
-		if !sentClose && s.sendControl(ctrlClose) {
+		// A data write being posted goes first: CLOSE must follow it.
+		if !sentClose && !s.posting && s.sendControl(ctrlClose) {
 			sentClose = true
 			continue
 		}

@@ -52,6 +52,7 @@ type Stream struct {
 	ctrlNext    int    // next control send slot
 	ctrlInUse   int    // control sends not yet completed
 	lastSend    time.Time
+	posting     bool  // a data write is being posted, outside mu
 	rfin        bool  // the peer will send no more data
 	peerClosed  bool  // the peer closed
 	wclosed     bool  // CloseWrite was called
@@ -262,12 +263,13 @@ func (s *Stream) Write(b []byte) (int, error) {
 		// (holding wmu) touches it.
 		s.e.send.Write(head, b[:n])
 		s.mu.Lock()
-		if s.err == nil && !s.closed {
-			err = s.postData(head, n)
-		} else if s.closed {
+		switch {
+		case s.closed:
 			err = net.ErrClosed
-		} else {
+		case s.err != nil:
 			err = s.err
+		default:
+			err = s.postData(head, n)
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -319,7 +321,11 @@ func (s *Stream) waitWritable(want int) (int, error) {
 
 // postData writes n bytes from the send ring at head into the peer's ring,
 // as one WRITE_WITH_IMM, or a WRITE and a WRITE_WITH_IMM when the peer's
-// ring wraps. The caller holds s.mu.
+// ring wraps. The caller holds s.mu and wmu. The space is claimed under
+// s.mu, but s.mu is released while the requests are posted (posting them
+// transmits, a system call), so that Read can consume and return credits
+// meanwhile; wmu keeps other writers and CloseWrite out, and posting keeps
+// Close from sending CLOSE ahead of the data.
 func (s *Stream) postData(head uint64, n int) error {
 	r1, r2 := ring.Spans(s.prod.Written(), n, s.prod.Size())
 	wrs := s.sendWRs[:0]
@@ -342,14 +348,19 @@ func (s *Stream) postData(head uint64, n int) error {
 		}
 		wrs = append(wrs, wr)
 	}
-	if _, err := s.e.qp.PostSend(wrs); err != nil {
-		s.fail(err)
-		return err
-	}
 	s.prod.Wrote(n)
 	s.sendHead = head + uint64(n)
 	s.lastSend = time.Now()
-	return nil
+	s.posting = true
+	s.mu.Unlock()
+	_, err := s.e.qp.PostSend(wrs)
+	s.mu.Lock()
+	s.posting = false
+	signal(s.writeReady) // Close may wait for the post to end
+	if err != nil {
+		s.fail(err)
+	}
+	return err
 }
 
 // localSGL describes n bytes of the send ring at cursor c.
