@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -78,8 +79,9 @@ func (s *Stream) complete(wc *verbs.WC) {
 	}
 }
 
-// errConnLost is the cause when the transport gives up on the peer.
-var errConnLost = fmt.Errorf("rsock: connection lost")
+// errConnLost is the cause when the transport gives up on the peer. It
+// wraps ECONNRESET, as package net reports a connection the network lost.
+var errConnLost = fmt.Errorf("rsock: connection lost: %w", syscall.ECONNRESET)
 
 // repost gives receive slot i back to the queue and counts the message
 // processed. The caller holds s.mu.
