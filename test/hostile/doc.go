@@ -12,7 +12,8 @@
 // byte arrives intact, that a registered canary buffer nobody advertised
 // stays untouched, and that each kind of forged packet moved the counter
 // that says why it was dropped. They need root (raw sockets); without it
-// they skip, saying why.
+// they skip, saying why. -hostile.loopback runs them on loopback even where
+// namespaces can be made.
 //
 // The default run keeps to well under a minute; -hostile.soak sends
 // fifty times as many packets over a longer transfer:
