@@ -262,7 +262,7 @@ func TestForgedPackets(t *testing.T) {
 func testForged(t *testing.T, cfg rsock.Config) {
 	n, minBytes := 1000, int64(32<<20)
 	if *soak {
-		n, minBytes = 50000, maxFlow
+		n, minBytes = 50000, 256<<20
 	}
 	a, b := newSides(t, cfg)
 	sa, sb := connect(t, a, b)
