@@ -70,7 +70,7 @@ func (s *Stream) teardown() {
 	sentClose := false
 	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
 		// A data write being posted goes first: CLOSE must follow it.
-		if !sentClose && !s.posting && s.sendControl(ctrlClose) {
+		if !sentClose && s.posting == 0 && s.sendControl(ctrlClose) {
 			sentClose = true
 			continue
 		}
@@ -90,6 +90,11 @@ func (s *Stream) teardown() {
 	s.closed = true
 	signal(s.readReady)
 	signal(s.writeReady)
+	// No post starts once closed is set; those in progress (a keep-alive,
+	// credits from a drive outside Read) end before the rings go.
+	for s.posting > 0 {
+		s.postDone.Wait()
+	}
 	s.mu.Unlock()
 	// Readers and writers see closed and leave; wait for them before the
 	// memory goes away.
