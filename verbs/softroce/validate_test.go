@@ -224,3 +224,19 @@ func TestRequestsAheadCounted(t *testing.T) {
 	}
 	ft.check(t)
 }
+
+// TestForgedSACKRecovered: a selective NAK inside the outstanding range
+// that reports PSNs as arrived which never did (forged, or from a
+// responder that lost what it reported) cannot stall the QP: once a
+// second timeout passes without progress, the requester forgets the
+// reports and sends everything unacknowledged again.
+func TestForgedSACKRecovered(t *testing.T) {
+	a, _, mend := stalledPair(t, true)
+	v := viewCompleter(a.qp)
+	inject(t, a.qp, forgeResponse(respSelectiveNAK, a.qp.QPN(), psnAdd(v.acked, 1)))
+	if after := viewCompleter(a.qp); after.sacked == 0 {
+		t.Fatalf("the forged selective NAK marked nothing: %+v", after)
+	}
+	mend()
+	expectWC(t, a.scq, 2, verbs.WCRDMAWrite, verbs.WCSuccess)
+}
