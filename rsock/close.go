@@ -1,6 +1,8 @@
 package rsock
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"time"
@@ -48,7 +50,12 @@ func (s *Stream) CloseWrite() error {
 
 // Close sends CLOSE, waits up to Config.CloseTimeout for the data written
 // to be acknowledged, then destroys the queue pair and frees the rings.
-// Pending reads and writes return net.ErrClosed. It is idempotent.
+// Pending reads and writes return net.ErrClosed. It reports, as a
+// *net.OpError, data of a healthy stream still unacknowledged at the
+// timeout (wrapping os.ErrDeadlineExceeded) and failures to release the
+// queue pair and memory; every later call returns the same. A stream that
+// had already failed closes without error: its reads and writes reported
+// the failure.
 func (s *Stream) Close() error {
 	s.closeOnce.Do(s.teardown)
 	return s.teardownErr
@@ -62,7 +69,8 @@ func (s *Stream) teardown() {
 	// When the peer closed first, nothing is owed to it.
 	sentClose := false
 	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
-		if !sentClose && s.sendControl(ctrlClose) {
+		// A data write being posted goes first: CLOSE must follow it.
+		if !sentClose && s.posting == 0 && s.sendControl(ctrlClose) {
 			sentClose = true
 			continue
 		}
@@ -74,9 +82,19 @@ func (s *Stream) teardown() {
 		}
 		s.mu.Lock()
 	}
+	var errs []error
+	if s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) {
+		errs = append(errs, fmt.Errorf("rsock: %d bytes and %d control messages unacknowledged after %v: %w",
+			s.sendHead-s.sendFreed, s.ctrlInUse+boolInt(!sentClose), s.e.cfg.CloseTimeout, os.ErrDeadlineExceeded))
+	}
 	s.closed = true
 	signal(s.readReady)
 	signal(s.writeReady)
+	// No post starts once closed is set; those in progress (a keep-alive,
+	// credits from a drive outside Read) end before the rings go.
+	for s.posting > 0 {
+		s.postDone.Wait()
+	}
 	s.mu.Unlock()
 	// Readers and writers see closed and leave; wait for them before the
 	// memory goes away.
@@ -87,7 +105,17 @@ func (s *Stream) teardown() {
 	}
 	s.rdl.stop()
 	s.wdl.stop()
-	s.e.release()
+	errs = append(errs, s.e.release())
 	s.wmu.Unlock()
 	s.rmu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		s.teardownErr = s.opError("close", err)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -79,8 +79,8 @@ func (s *Stream) complete(wc *verbs.WC) {
 	}
 }
 
-// errConnLost is the cause when the transport gives up on the peer; like
-// a TCP connection reset, it wraps ECONNRESET.
+// errConnLost is the cause when the transport gives up on the peer. It
+// wraps ECONNRESET, as package net reports a connection the network lost.
 var errConnLost = fmt.Errorf("rsock: connection lost: %w", syscall.ECONNRESET)
 
 // repost gives receive slot i back to the queue and counts the message

@@ -128,12 +128,12 @@ func (e *Endpoint) Close() error {
 		return nil
 	}
 	e.used = true
-	e.release()
-	return nil
+	return e.release()
 }
 
-// release destroys the QP, CQ and MRs and unmaps the rings.
-func (e *Endpoint) release() {
+// release destroys the QP, CQ and MRs and unmaps the rings, and reports
+// what failed.
+func (e *Endpoint) release() error {
 	var errs []error
 	if e.qp != nil {
 		errs = append(errs, e.qp.Close())
@@ -150,5 +150,5 @@ func (e *Endpoint) release() {
 		errs = append(errs, verbs.FreeBuffer(e.mem))
 		e.mem = nil
 	}
-	_ = errors.Join(errs...)
+	return errors.Join(errs...)
 }

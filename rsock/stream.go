@@ -52,17 +52,19 @@ type Stream struct {
 	ctrlNext    int    // next control send slot
 	ctrlInUse   int    // control sends not yet completed
 	lastSend    time.Time
-	rfin        bool  // the peer will send no more data
-	peerClosed  bool  // the peer closed
-	wclosed     bool  // CloseWrite was called
-	closed      bool  // Close was called
-	err         error // the stream failed
+	posting     int        // posts in progress outside mu (data and control)
+	postDone    *sync.Cond // on mu: signalled when a post outside mu ends
+	rfin        bool       // the peer will send no more data
+	peerClosed  bool       // the peer closed
+	wclosed     bool       // CloseWrite was called
+	closed      bool       // Close was called
+	err         error      // the stream failed
 	sendWRs     [2]verbs.SendWR
 	sendSGEs    [2][2]verbs.SGE
 	recvWR      [1]verbs.RecvWR
 	recvSGE     [1]verbs.SGE
-	ctrlWR      [1]verbs.SendWR
-	ctrlSGE     [1]verbs.SGE
+	ctrlWRs     [maxCtrlSends][1]verbs.SendWR // by send slot: posted outside mu
+	ctrlSGEs    [maxCtrlSends][1]verbs.SGE
 	readReady   chan struct{}
 	writeReady  chan struct{}
 	rdl, wdl    *deadline
@@ -127,6 +129,7 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		wcs:          make([]verbs.WC, 32),
 		lastSend:     time.Now(),
 	}
+	s.postDone = sync.NewCond(&s.mu)
 	if s.opts.Net == "" {
 		s.opts.Net = "rdma"
 	}
@@ -262,12 +265,13 @@ func (s *Stream) Write(b []byte) (int, error) {
 		// (holding wmu) touches it.
 		s.e.send.Write(head, b[:n])
 		s.mu.Lock()
-		if s.err == nil && !s.closed {
-			err = s.postData(head, n)
-		} else if s.closed {
+		switch {
+		case s.closed:
 			err = net.ErrClosed
-		} else {
+		case s.err != nil:
 			err = s.err
+		default:
+			err = s.postData(head, n)
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -319,7 +323,10 @@ func (s *Stream) waitWritable(want int) (int, error) {
 
 // postData writes n bytes from the send ring at head into the peer's ring,
 // as one WRITE_WITH_IMM, or a WRITE and a WRITE_WITH_IMM when the peer's
-// ring wraps. The caller holds s.mu.
+// ring wraps. The caller holds s.mu and wmu. The space is claimed under
+// s.mu, which is released while the requests are posted, so that Read can
+// consume and return credits meanwhile; wmu keeps other writers and
+// CloseWrite (whose FIN must follow the data) out.
 func (s *Stream) postData(head uint64, n int) error {
 	r1, r2 := ring.Spans(s.prod.Written(), n, s.prod.Size())
 	wrs := s.sendWRs[:0]
@@ -342,14 +349,29 @@ func (s *Stream) postData(head uint64, n int) error {
 		}
 		wrs = append(wrs, wr)
 	}
-	if _, err := s.e.qp.PostSend(wrs); err != nil {
-		s.fail(err)
-		return err
-	}
 	s.prod.Wrote(n)
 	s.sendHead = head + uint64(n)
 	s.lastSend = time.Now()
-	return nil
+	return s.post(wrs)
+}
+
+// post posts wrs, whose resources the caller claimed, with s.mu released:
+// posting transmits (a system call), and readers and writers must not
+// wait for it. Close waits for posts in progress before it sends CLOSE
+// and before it frees the rings. The caller holds s.mu; a failure fails
+// the stream.
+func (s *Stream) post(wrs []verbs.SendWR) error {
+	s.posting++
+	s.mu.Unlock()
+	_, err := s.e.qp.PostSend(wrs)
+	s.mu.Lock()
+	s.posting--
+	s.postDone.Broadcast()
+	signal(s.writeReady) // Close may wait for the post to end
+	if err != nil {
+		s.fail(err)
+	}
+	return err
 }
 
 // localSGL describes n bytes of the send ring at cursor c.
@@ -366,9 +388,12 @@ func (s *Stream) localSGL(dst *[2]verbs.SGE, c uint64, n int) []verbs.SGE {
 
 // sendControl sends a control message carrying the current credits, if
 // the peer has a receive request and a control slot is free; credits not
-// sent now go with the next one. The caller holds s.mu.
+// sent now go with the next one. The caller holds s.mu, which is released
+// while the message is posted: its slot and credits are claimed first, and
+// reports that reach the peer out of order are harmless (it keeps the
+// largest).
 func (s *Stream) sendControl(typ byte) bool {
-	if s.err != nil || s.ctrlInUse == maxCtrlSends || !s.prod.CanSendControl() {
+	if s.err != nil || s.closed || s.ctrlInUse == maxCtrlSends || !s.prod.CanSendControl() {
 		return false
 	}
 	if s.peerClosed {
@@ -376,20 +401,17 @@ func (s *Stream) sendControl(typ byte) bool {
 		// only be retried against nothing.
 		return false
 	}
-	slot := s.e.cfg.RecvDepth + s.ctrlNext
+	k := s.ctrlNext
+	slot := s.e.cfg.RecvDepth + k
 	consumed, processed := s.cons.Report()
 	putControl(s.e.ctrlSlot(slot), typ, consumed, processed)
-	s.ctrlSGE[0] = s.e.ctrlSGE(slot)
-	s.ctrlWR[0] = verbs.SendWR{ID: ctrlWRID | uint64(slot), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.ctrlSGE[:]}
-	if _, err := s.e.qp.PostSend(s.ctrlWR[:]); err != nil {
-		s.fail(err)
-		return false
-	}
+	s.ctrlSGEs[k][0] = s.e.ctrlSGE(slot)
+	s.ctrlWRs[k][0] = verbs.SendWR{ID: ctrlWRID | uint64(slot), Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: s.ctrlSGEs[k][:]}
 	s.prod.SentControl()
 	s.ctrlInUse++
 	s.ctrlNext = (s.ctrlNext + 1) % maxCtrlSends
 	s.lastSend = time.Now()
-	return true
+	return s.post(s.ctrlWRs[k][:]) == nil
 }
 
 // ctrlWRID marks the work request IDs of control sends; data writes use

@@ -111,6 +111,14 @@ type Counters struct {
 	CQOverruns       uint64 // completions lost to a full CQ
 	SendErrors       uint64 // packets the link failed to send (EMSGSIZE, ENETUNREACH, …)
 	OutOfOrder       uint64 // request packets placed ahead of a gap (selective repeat)
+	// UnexpectedResponses counts responses dropped unread: their PSN lies
+	// outside the outstanding range (oldest unacknowledged PSN through the
+	// highest PSN sent), or no outstanding request of their kind has it.
+	UnexpectedResponses uint64
+	// OutOfSequence counts request packets ahead of the expected PSN that
+	// were dropped unplaced (all of them with go-back-N; with selective
+	// repeat those past its window, and those it cannot place early).
+	OutOfSequence uint64
 }
 
 // Add adds o's counts to c.
@@ -135,6 +143,8 @@ func (c *Counters) Add(o Counters) {
 	c.CQOverruns += o.CQOverruns
 	c.SendErrors += o.SendErrors
 	c.OutOfOrder += o.OutOfOrder
+	c.UnexpectedResponses += o.UnexpectedResponses
+	c.OutOfSequence += o.OutOfSequence
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

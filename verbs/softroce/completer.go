@@ -46,8 +46,11 @@ func (q *QP) complete(pkt *wire.Packet) {
 		return
 	}
 	psn := pkt.BTH.PSN()
-	// A response for a PSN never sent is bogus (or very stale): ignore it.
-	if psnDiff(psn, q.req.highPSN) >= 0 {
+	// Only a response within the outstanding range is acted on (IBA
+	// 9.7.5.1): one for a PSN already acknowledged is stale or forged, and
+	// one for a PSN never sent is forged. Either is dropped silently.
+	if !q.outstanding(psn) {
+		q.count(cUnexpectedResponses, 1)
 		return
 	}
 	if sb := q.comp.sb; sb != nil {
@@ -68,6 +71,12 @@ func (q *QP) complete(pkt *wire.Packet) {
 		q.repair()
 		q.runRequester()
 	}
+}
+
+// outstanding reports whether psn lies in the range of PSNs sent and not
+// yet acknowledged: after ackedPSN, before highPSN.
+func (q *QP) outstanding(psn uint32) bool {
+	return psnDiff(psn, q.comp.ackedPSN) > 0 && psnDiff(psn, q.req.highPSN) < 0
 }
 
 // onAETH handles an ACK or NAK.
@@ -98,6 +107,8 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 			status = verbs.WCRemInvRDReqErr
 		}
 		q.fail(q.wqeAt(psn), status)
+	default:
+		q.count(cMalformed, 1) // a reserved syndrome
 	}
 }
 
@@ -195,10 +206,12 @@ func (q *QP) retire() {
 func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 	idx := q.wqeAt(psn)
 	if idx == q.sqTail {
+		q.count(cUnexpectedResponses, 1)
 		return
 	}
 	w := &q.sq[idx%uint32(len(q.sq))]
 	if w.opcode != verbs.WRRDMARead || !w.containsPSN(psn) || w.done {
+		q.count(cUnexpectedResponses, 1) // no READ asked for this PSN
 		return
 	}
 	if pkt.AETH != nil {
@@ -253,14 +266,15 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 
 // onAtomicAck stores an atomic's original value and completes it.
 func (q *QP) onAtomicAck(psn uint32, pkt *wire.Packet) {
-	q.ackUpTo(psnAdd(psn, wire.PSNMask))
-	if q.attr.State != verbs.QPSRTS || q.sqHead == q.sqNext {
+	idx := q.wqeAt(psn)
+	w := &q.sq[idx%uint32(len(q.sq))]
+	if idx == q.sqTail || !w.isRdAtomic() || w.opcode == verbs.WRRDMARead || w.firstPSN != psn || w.done {
+		q.count(cUnexpectedResponses, 1) // no atomic asked for this PSN
 		return
 	}
-	idx := q.sqHead
-	w := &q.sq[idx%uint32(len(q.sq))]
-	if !w.isRdAtomic() || w.opcode == verbs.WRRDMARead || w.firstPSN != psn || w.done {
-		return
+	q.ackUpTo(psnAdd(psn, wire.PSNMask))
+	if q.attr.State != verbs.QPSRTS || q.sqHead != idx {
+		return // an earlier READ is still unanswered
 	}
 	var orig [8]byte
 	binary.NativeEndian.PutUint64(orig[:], pkt.AtomicAckETH.OrigData())

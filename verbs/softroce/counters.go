@@ -30,6 +30,8 @@ const (
 	cCQOverruns
 	cSendErrors
 	cOutOfOrder
+	cUnexpectedResponses
+	cOutOfSequence
 	numCounters
 )
 
@@ -60,5 +62,8 @@ func (c *counters) snapshot() verbs.Counters {
 		CQOverruns:       c[cCQOverruns].Load(),
 		SendErrors:       c[cSendErrors].Load(),
 		OutOfOrder:       c[cOutOfOrder].Load(),
+
+		UnexpectedResponses: c[cUnexpectedResponses].Load(),
+		OutOfSequence:       c[cOutOfSequence].Load(),
 	}
 }

@@ -60,9 +60,8 @@ type Device struct {
 	lkeys map[uint32]*MR
 	rkeys map[uint32]*MR
 
-	qpMu    sync.RWMutex
-	qps     map[uint32]*QP
-	nextQPN uint32
+	qpMu sync.RWMutex
+	qps  map[uint32]*QP
 
 	objMu  sync.Mutex
 	cqs    map[*CQ]struct{}
@@ -115,7 +114,6 @@ func Open(cfg Config) (*Device, error) {
 		lkeys:       make(map[uint32]*MR),
 		rkeys:       make(map[uint32]*MR),
 		qps:         make(map[uint32]*QP),
-		nextQPN:     0x11,
 		cqs:         make(map[*CQ]struct{}),
 		rxDone:      make(chan struct{}),
 		port: verbs.PortAttr{
@@ -154,8 +152,15 @@ func (d *Device) Port() verbs.PortAttr {
 	return p
 }
 
-// Counters returns a snapshot of the device statistics.
-func (d *Device) Counters() verbs.Counters { return d.stats.snapshot() }
+// Counters returns a snapshot of the device statistics; datagrams its link
+// dropped as malformed count under Malformed.
+func (d *Device) Counters() verbs.Counters {
+	c := d.stats.snapshot()
+	if dc, ok := d.link.(link.DropCounter); ok {
+		c.Malformed += dc.Dropped()
+	}
+	return c
+}
 
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() (verbs.PD, error) {

@@ -19,7 +19,10 @@ func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	r := &q.resp
 	psn := pkt.BTH.PSN()
 	if d >= sackWindow {
-		return // beyond what a selective NAK can describe: the requester never sends so far ahead
+		// Beyond what a selective NAK can describe: the requester never
+		// sends so far ahead.
+		q.count(cOutOfSequence, 1)
+		return
 	}
 	if !r.newestSet || psnDiff(psn, r.newest) > 0 {
 		r.newest, r.newestSet = psn, true
@@ -30,6 +33,8 @@ func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	case pkt.BTH.Opcode() == wire.RCWriteOnly && q.placeWrite(pkt):
 		r.placed.set(psn)
 		q.count(cOutOfOrder, 1)
+	default:
+		q.count(cOutOfSequence, 1) // left for its turn
 	}
 	r.ackUrgent = true
 	q.owe(rx, psnAdd(r.epsn, wire.PSNMask))

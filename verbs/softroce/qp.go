@@ -175,17 +175,11 @@ func (p *PD) CreateQP(init *verbs.QPInitAttr) (verbs.QP, error) {
 	if d.closed.Load() {
 		return nil, verbs.ErrClosed
 	}
-	for {
-		n := d.nextQPN
-		d.nextQPN = (d.nextQPN + 1) & wire.PSNMask
-		if d.nextQPN < 0x11 {
-			d.nextQPN = 0x11
-		}
-		if d.qps[n] == nil {
-			q.qpn = n
-			break
-		}
+	n, ok := pickQPN(randomUint32, func(n uint32) bool { return d.qps[n] != nil })
+	if !ok {
+		return nil, fmt.Errorf("softroce: every QP number is in use: %w", verbs.ErrBusy)
 	}
+	q.qpn = n
 	d.qps[q.qpn] = q
 	p.refs.Add(1)
 	return q, nil

@@ -85,6 +85,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		q.placeAhead(pkt, rx, d)
 		return
 	case d > 0:
+		q.count(cOutOfSequence, 1)
 		if !r.nakSent {
 			r.nakSent = true
 			q.count(cSeqNAKsSent, 1)

@@ -223,3 +223,13 @@ func (s *scoreboard) lost(psn uint32) bool {
 // timedOut makes every PSN sent so far and not known to have arrived
 // count as lost: a local ACK timeout expired.
 func (s *scoreboard) timedOut() { s.rack = s.txSeq + reorderPackets }
+
+// forget drops every report of a PSN that arrived past the cumulative
+// ACK, so that those PSNs count as lost after the next timedOut: the
+// reports may be wrong (forged, or from a responder that lost what it
+// placed), and only the cumulative ACK is proof of arrival.
+func (s *scoreboard) forget() {
+	clear(s.bits)
+	s.sacked = 0
+	s.any = false
+}

@@ -133,3 +133,28 @@ func TestScoreboardStaleReport(t *testing.T) {
 		t.Error("a report a round trip after the resend did not count")
 	}
 }
+
+// TestScoreboardForget: after forget, PSNs reported as arrived past the
+// cumulative ACK count as lost at the next timeout, like the rest.
+func TestScoreboardForget(t *testing.T) {
+	s := newScoreboard(64)
+	for i := range uint32(8) {
+		s.sent(i, 0, false)
+	}
+	s.sack(5)
+	s.sack(6)
+	s.timedOut()
+	if s.lost(5) || s.lost(6) || !s.lost(4) {
+		t.Fatal("reported PSNs lost, or an unreported one not lost, before forget")
+	}
+	s.forget()
+	s.timedOut()
+	for i := range uint32(8) {
+		if !s.lost(i) {
+			t.Errorf("PSN %d not lost after forget and a timeout", i)
+		}
+	}
+	if s.sacked != 0 || s.any {
+		t.Errorf("forget left sacked %d, any %v", s.sacked, s.any)
+	}
+}

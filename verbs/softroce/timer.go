@@ -183,6 +183,12 @@ func (q *QP) onTimer() {
 			q.comp.rtt.discard()
 			oldest := psnAdd(q.comp.ackedPSN, 1)
 			if sb := q.comp.sb; sb != nil && !q.oldestIsRdAtomic(oldest) {
+				if q.comp.backoff >= 2 {
+					// A second timeout without progress: resending what
+					// the scoreboard calls lost did not help, so its
+					// reports of arrivals are not to be trusted.
+					sb.forget()
+				}
 				sb.timedOut()
 				q.repair()
 			} else {

@@ -17,6 +17,14 @@ const RoCEv2Port = 4791
 // ErrClosed is returned by Send and Recv once the link is closed.
 var ErrClosed = errors.New("link: closed")
 
+// DropCounter is implemented by links that drop datagrams before they
+// become packets: shorter than a BTH and an ICRC, truncated, or of a
+// foreign address family. The device counts them as malformed.
+type DropCounter interface {
+	// Dropped returns how many datagrams were dropped so far.
+	Dropped() uint64
+}
+
 // ICRCStatus says what a link could establish about a received packet's ICRC.
 type ICRCStatus uint8
 

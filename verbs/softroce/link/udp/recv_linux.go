@@ -359,10 +359,12 @@ func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 		h := &s.hs[i]
 		size := int(h.Len)
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 || size < minPacket {
+			l.drops.Add(1)
 			continue
 		}
 		src, ok := l.source(s, i)
 		if !ok {
+			l.drops.Add(1)
 			continue
 		}
 		if i != j {
@@ -385,10 +387,12 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 	h := &s.hs[i]
 	size := int(h.Len)
 	if h.Hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || size < minPacket {
+		l.drops.Add(1)
 		return false
 	}
 	src, ok := l.source(s, i)
 	if !ok {
+		l.drops.Add(1)
 		return false
 	}
 	gso := size
@@ -432,6 +436,7 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 			s.inMsg = false
 		}
 		if seg < minPacket {
+			l.drops.Add(1)
 			continue
 		}
 		// Hand out a view into the scratch, capped so that appending to

@@ -66,7 +66,14 @@ type Link struct {
 	rx     rxScratch
 	gro    bool                  // UDP_GRO is enabled on the socket; fixed at Listen
 	recvF  func(fd uintptr) bool // l.recvmmsg, bound once
+	drops  atomic.Uint64         // datagrams dropped before they became packets
 }
+
+var _ link.DropCounter = (*Link)(nil)
+
+// Dropped returns how many datagrams Recv dropped as malformed: shorter
+// than a BTH and an ICRC, truncated, or from a foreign address family.
+func (l *Link) Dropped() uint64 { return l.drops.Load() }
 
 var _ link.Link = (*Link)(nil)
 

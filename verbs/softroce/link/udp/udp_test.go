@@ -338,6 +338,39 @@ func TestTruncatedDropped(t *testing.T) {
 				t.Fatalf("gro %v: packet %d differs", gro, i)
 			}
 		}
+		if d, wantD := b.Dropped(), uint64(len(tx)-len(want)); d != wantD {
+			t.Errorf("gro %v: Dropped() = %d, want %d", gro, d, wantD)
+		}
+	}
+}
+
+// TestRuntsDropped: datagrams shorter than a BTH and an ICRC are dropped
+// and counted, with and without GRO.
+func TestRuntsDropped(t *testing.T) {
+	for _, gro := range []bool{false, true} {
+		b := listenOffloads(t, loop4, false, gro)
+		c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(b.LocalAddr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for n := range 16 {
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		good := make([]byte, 40)
+		good[0] = byte(wire.RCSendOnly)
+		if _, err := c.Write(good); err != nil {
+			t.Fatal(err)
+		}
+		rx := bufs(4, 1000)
+		if n, err := b.Recv(rx); err != nil || n != 1 || rx[0].N != len(good)-wire.ICRCLen {
+			t.Fatalf("gro %v: Recv = %d packets (first %d bytes), %v; want the 40-byte datagram", gro, n, rx[0].N, err)
+		}
+		if d := b.Dropped(); d != 16 {
+			t.Errorf("gro %v: Dropped() = %d, want 16", gro, d)
+		}
 	}
 }
 
