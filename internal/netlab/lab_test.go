@@ -42,6 +42,14 @@ func TestLabMakesAndRemovesItsNamespaces(t *testing.T) {
 			t.Errorf("A's veth offloads: want %q: %v %q", feature, err, out)
 		}
 	}
+	// Each end knows the other's link-layer address for good, over both
+	// IP versions.
+	for _, ns := range []*Namespace{lab.A, lab.B} {
+		out, err := ns.Run("ip", "neigh", "show", "dev", ns.Dev)
+		if err != nil || strings.Count(out, "PERMANENT") != 2 {
+			t.Errorf("%s's neighbours: %v %q", ns.Name, err, out)
+		}
+	}
 	// A process still running is ended by Close.
 	p, err := lab.Start(lab.B, "sleep", "600")
 	if err != nil {
