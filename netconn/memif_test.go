@@ -74,7 +74,7 @@ func TestMemifSetupFails(t *testing.T) {
 	for _, tc := range []struct{ listen, want string }{{LinkAuto, trUDP}, {LinkMemif, "tcp"}} {
 		t.Run(tc.listen, func(t *testing.T) {
 			ln := listen(t, ListenConfig{Link: tc.listen, Stream: streamSmall})
-			c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+			c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
 			defer c.Close()
 			defer s.Close()
 			if transport(c) != tc.want || transport(s) != tc.want {
@@ -134,7 +134,7 @@ func TestMemifOfferSecret(t *testing.T) {
 // nothing does not hurt the listener: it answers on udp, says why, and
 // goes on serving.
 func TestHostileMemifOffer(t *testing.T) {
-	ln := listen(t, ListenConfig{HandshakeTimeout: 2 * time.Second})
+	ln := listen(t, ListenConfig{Link: LinkAuto, HandshakeTimeout: 2 * time.Second})
 	junk, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@rsock-test-junk-" + t.Name(), Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
