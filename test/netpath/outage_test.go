@@ -83,3 +83,40 @@ func TestOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkDown: like TestOutage, but the outage is A's veth set down for
+// 2 s (both ends lose carrier, sends fail at once with ENETDOWN instead of
+// vanishing) and brought back up. The exchange must complete on RDMA,
+// every byte checked.
+func TestLinkDown(t *testing.T) {
+	skipUnlessLab(t)
+	bin, _ := build(t)
+	lab := newLab(t, netlab.Config{MTU: 9000})
+	const (
+		n         = 24 << 20
+		rate      = 8 << 20
+		threshold = 4 << 20
+	)
+	lp, dp, err := lab.StartExchange(bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20, Seed: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := netlab.WaitEvent(dp, hangLimit(threshold), func(ev *netlab.Event) bool {
+		return ev.Event == netlab.EventProgress && ev.Received >= threshold || ev.Event == netlab.EventResult
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Event == netlab.EventResult {
+		t.Fatalf("the exchange ended before the link went down: %+v", ev.Result)
+	}
+	if out, err := lab.A.Run("ip", "link", "set", lab.A.Dev, "down"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("link down from %d bytes received by A", ev.Received)
+	time.Sleep(2 * time.Second) // the outage itself, not a wait for a result
+	if out, err := lab.A.Run("ip", "link", "set", lab.A.Dev, "up"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitExchange(t, lp, dp, n)
+}
