@@ -194,6 +194,7 @@ var listenLink = func(cfg udp.Config) (link.Link, error) { return udp.Listen(cfg
 func releaseDevice(d *sharedDevice) {
 	if d.private {
 		d.dev.Close()
+		memifConns.Add(-1)
 		return
 	}
 	registry.Lock()

@@ -164,7 +164,9 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		memifWhy  string // why a same-host connection is not on memif
 		wantMemif = set.memif() && sameHost(local, remote)
 	)
-	if wantMemif {
+	if wantMemif && !memifRoom() {
+		memifWhy = errMemifFull.Error()
+	} else if wantMemif {
 		if offer, err = newMemifOffer(local, deadline); err != nil {
 			memifWhy = err.Error()
 		} else {

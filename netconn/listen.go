@@ -345,6 +345,9 @@ var errMemifSetup = errors.New("memif setup failed")
 // its own device over that link, and connects that pair to the one the
 // dialer confirms with.
 func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip.Addr) (*Conn, error) {
+	if !memifRoom() {
+		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
+	}
 	deadline := time.Now().Add(l.handshake)
 	ml, err := dialMemif(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -48,6 +49,22 @@ const (
 	// secret) that an offer outlives.
 	memifAcceptTries = 8
 )
+
+// maxMemifConns bounds the memif connections of a process: each has its
+// own link (4.3 MiB of shared memory, four file descriptors) and receive
+// goroutine, so further same-host connections use udp. A variable for
+// tests.
+var maxMemifConns int64 = 64
+
+// memifConns counts the process's open memif devices.
+var memifConns atomic.Int64
+
+// errMemifFull is why a connection does not use memif when the process
+// has maxMemifConns of them.
+var errMemifFull = errors.New("this process has the most memif connections it opens; this one uses udp")
+
+// memifRoom reports whether another memif connection may open.
+func memifRoom() bool { return memifConns.Load() < maxMemifConns }
 
 // sameHost reports whether a TCP connection from local to remote stays on
 // this host (and network namespace, where abstract sockets live).
@@ -160,6 +177,7 @@ func openMemifDevice(l *memif.Link, ip netip.Addr) (*sharedDevice, error) {
 		return nil, err
 	}
 	d.private = true
+	memifConns.Add(1)
 	return d, nil
 }
 
@@ -176,5 +194,6 @@ func openWireDevice(key deviceKey, wire string) (*sharedDevice, error) {
 		return nil, err
 	}
 	d.key, d.private = key, false
+	memifConns.Add(-1)
 	return d, nil
 }

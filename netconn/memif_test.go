@@ -349,3 +349,30 @@ func processCPU(t *testing.T) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestMemifConnsBounded: past maxMemifConns memif connections in the
+// process, further same-host connections use udp and say why; closing
+// one makes room again.
+func TestMemifConnsBounded(t *testing.T) {
+	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
+	maxMemifConns = memifConns.Load() + 2 // a pair's two ends
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
+	c1, s1 := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
+	defer s1.Close()
+	c2, s2 := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
+	defer c2.Close()
+	defer s2.Close()
+	if transport(c1) != trMemif || transport(c2) != trUDP || transport(s2) != trUDP {
+		t.Fatalf("transports %q then %q, %q", transport(c1), transport(c2), transport(s2))
+	}
+	checkReason(t, "dialer", c2, "most memif connections")
+	echoCheck(t, c2, s2, 64<<10)
+	c1.Close()
+	s1.Close()
+	c3, s3 := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
+	defer c3.Close()
+	defer s3.Close()
+	if transport(c3) != trMemif {
+		t.Fatalf("after a memif connection closed: %q (%q)", transport(c3), c3.(*Conn).FallbackReason())
+	}
+}
