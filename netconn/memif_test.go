@@ -314,7 +314,7 @@ func hairpin(l *memif.Link) {
 // their eventfds, the queue pairs' timers are idle).
 func TestIdleMemifConn(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes two seconds")
+		t.Skip("takes three seconds")
 	}
 	ln := listen(t, ListenConfig{Link: LinkMemif})
 	c, s := connPair(t, ln, &Dialer{Link: LinkMemif})
@@ -328,14 +328,20 @@ func TestIdleMemifConn(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	c0, w0 := processCPU(t), time.Now()
-	time.Sleep(2 * time.Second)
-	used, wall := processCPU(t)-c0, time.Since(w0)
+	// The process's CPU time counts everything in it (the garbage
+	// collector, what earlier tests left winding down): the least of three
+	// one-second windows is the connection's own cost.
+	share := 1.0
+	for range 3 {
+		c0, w0 := processCPU(t), time.Now()
+		time.Sleep(time.Second)
+		used, wall := processCPU(t)-c0, time.Since(w0)
+		t.Logf("idle memif connection: %v CPU in %v (%.2f%% of a core)", used, wall.Round(time.Millisecond), 100*float64(used)/float64(wall))
+		share = min(share, float64(used)/float64(wall))
+	}
 	c.Close()
 	s.Close()
 	wg.Wait()
-	share := float64(used) / float64(wall)
-	t.Logf("idle memif connection: %v CPU in %v (%.2f%% of a core)", used, wall.Round(time.Millisecond), 100*share)
 	if share >= 0.01 {
 		t.Fatalf("an idle memif connection used %.2f%% of a core", 100*share)
 	}
