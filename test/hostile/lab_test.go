@@ -6,13 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 
 	"github.com/rsock-go/rsock/internal/netlab"
+	"github.com/rsock-go/rsock/internal/netns"
 	"github.com/rsock-go/rsock/rsock"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
@@ -158,30 +157,7 @@ func inNetns(t *testing.T, ns string, fn func()) {
 		fn()
 		return
 	}
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
+	if err := netns.Do(ns, fn); err != nil {
+		t.Error(err)
 	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("setns %s: %v", ns, err)
-	}
-	defer func() {
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked and ends with the goroutine.
-			t.Error(errors.Join(errors.New("setns back"), err))
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	fn()
 }

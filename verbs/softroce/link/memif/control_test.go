@@ -236,6 +236,12 @@ func TestServerRejectsGarbage(t *testing.T) {
 		})
 	}
 	// The listener still serves a well-behaved client.
+	connectOnce(t, ln, path)
+}
+
+// connectOnce connects a client to ln at path and closes both ends.
+func connectOnce(t *testing.T, ln *Listener, path string) {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
 		l, err := ln.Accept()
@@ -371,22 +377,7 @@ func TestAbstractSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	done := make(chan error, 1)
-	go func() {
-		l, err := ln.Accept()
-		if l != nil {
-			l.Close()
-		}
-		done <- err
-	}()
-	l, err := Dial(name, testSecret, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	connectOnce(t, ln, name)
 }
 
 // FuzzClientHandshake plays a server sending arbitrary bytes, cut into

@@ -11,13 +11,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rsock-go/rsock/internal/netns"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
@@ -473,32 +473,9 @@ func TestZeroAllocOffloads(t *testing.T) {
 // Sockets created by fn stay in that namespace.
 func inNetns(t *testing.T, name string, fn func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
+	if err := netns.Do(name, fn); err != nil {
+		t.Error(err)
 	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("setns %s: %v", name, err)
-	}
-	defer func() {
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked and exits with the goroutine.
-			t.Errorf("setns back: %v", err)
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	fn()
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
