@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"syscall"
 	"time"
 
@@ -223,7 +222,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		// that link, and let the udp endpoint go.
 		var mdev *sharedDevice
 		var mep *rsock.Endpoint
-		mdev, mep, err = joinMemif(offer, deadline, local, set.stream)
+		mdev, mep, err = acceptOffer(offer, deadline, local, set.stream)
 		if err != nil {
 			err = fmt.Errorf("memif: %w", err)
 			break
@@ -260,25 +259,6 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		conn.reason = "memif: " + memifWhy
 	}
 	return conn, notPlain, nil
-}
-
-// joinMemif takes the link the listener connected to an offer and makes
-// an endpoint on a device over it.
-func joinMemif(offer *memifOffer, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
-	l, err := offer.take(deadline)
-	if err != nil {
-		return nil, nil, err
-	}
-	dev, err := openMemifDevice(l, local)
-	if err != nil {
-		return nil, nil, err
-	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
-	if err != nil {
-		releaseDevice(dev)
-		return nil, nil, err
-	}
-	return dev, ep, nil
 }
 
 // isEOF reports an end of stream before a full reply: a plain server that

@@ -348,18 +348,8 @@ func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip
 	if !memifRoom() {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
 	}
-	deadline := time.Now().Add(l.handshake)
-	ml, err := dialMemif(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
+	dev, ep, err := connectOffer(hello, time.Now().Add(l.handshake), local, l.set.stream)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
-	}
-	dev, err := openMemifDevice(ml, local)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
-	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, l.set.stream)
-	if err != nil {
-		releaseDevice(dev)
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
 	}
 	fail := func(err error) (*Conn, error) {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package netconn
 
 import (
@@ -15,11 +17,6 @@ import (
 	"github.com/rsock-go/rsock/fallback"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
-)
-
-const (
-	trMemif = "rdma/softroce/memif"
-	trUDP   = "rdma/softroce/udp"
 )
 
 // TestLinkSelection: which link each pair of link settings ends up on,
@@ -53,14 +50,6 @@ func TestLinkSelection(t *testing.T) {
 			checkReason(t, "listener", s, tc.listenWhy)
 			echoCheck(t, c, s, 256<<10)
 		})
-	}
-}
-
-func checkReason(t *testing.T, side string, c net.Conn, want string) {
-	t.Helper()
-	got := c.(*Conn).FallbackReason()
-	if want == "" && got != "" || !strings.Contains(got, want) {
-		t.Errorf("%s's FallbackReason %q, want %q", side, got, want)
 	}
 }
 
@@ -178,66 +167,6 @@ func TestHostileMemifOffer(t *testing.T) {
 	defer c.Close()
 	defer s.Close()
 	echoCheck(t, c, s, 64<<10)
-}
-
-func TestSameHost(t *testing.T) {
-	for _, tc := range []struct {
-		local, remote string
-		want          bool
-	}{
-		{"127.0.0.1", "127.0.0.1", true},
-		{"127.0.0.1", "127.0.0.2", true},
-		{"::1", "::1", true},
-		{"10.0.0.1", "10.0.0.1", true},
-		{"10.0.0.1", "::ffff:10.0.0.1", true},
-		{"10.0.0.1", "10.0.0.2", false},
-		{"fd00::1", "fd00::2", false},
-	} {
-		if got := sameHost(netip.MustParseAddr(tc.local), netip.MustParseAddr(tc.remote)); got != tc.want {
-			t.Errorf("sameHost(%s, %s) = %v", tc.local, tc.remote, got)
-		}
-	}
-}
-
-// memifResidue lists what memif left in this process: mappings and file
-// descriptors of memif regions, and bound abstract memif sockets.
-func memifResidue(t *testing.T) []string {
-	t.Helper()
-	var left []string
-	maps, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(maps), "\n") {
-		if strings.Contains(line, "memif_region") {
-			left = append(left, "mapping "+line)
-		}
-	}
-	fds, _ := filepath.Glob("/proc/self/fd/*")
-	sockets := map[string]bool{}
-	for _, fd := range fds {
-		target, err := os.Readlink(fd)
-		if err != nil {
-			continue
-		}
-		if strings.Contains(target, "memif_region") {
-			left = append(left, "fd "+target)
-		}
-		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
-			sockets[strings.TrimSuffix(inode, "]")] = true
-		}
-	}
-	unix, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(unix), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 8 && sockets[f[6]] && strings.HasPrefix(f[7], "@rsock-memif-") {
-			left = append(left, "socket "+f[7])
-		}
-	}
-	return left
 }
 
 // TestMemifWire: with $RSOCK_MEMIF_WIRE, connections share one device on

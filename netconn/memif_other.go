@@ -1,0 +1,32 @@
+//go:build !linux
+
+package netconn
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/rsock"
+)
+
+// errNoMemif is why memif is not set up on this system.
+var errNoMemif = errors.New("memif needs Linux (memfd, eventfd, abstract sockets)")
+
+// memifOffer is never made here.
+type memifOffer struct{ socket, secret string }
+
+func newMemifOffer(netip.Addr, time.Time) (*memifOffer, error) { return nil, errNoMemif }
+
+func (o *memifOffer) close() {}
+
+func acceptOffer(*memifOffer, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	return nil, nil, errNoMemif
+}
+
+func connectOffer(*fallback.Hello, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	return nil, nil, errNoMemif
+}
+
+func openWireDevice(deviceKey, string) (*sharedDevice, error) { return nil, errNoMemif }
