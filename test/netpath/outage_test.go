@@ -37,23 +37,11 @@ func TestOutage(t *testing.T) {
 					rate      = 8 << 20 // 3 s of traffic without the outage
 					threshold = 4 << 20
 				)
-				lp, dp, err := lab.StartExchange(bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20,
-					Seed: uint64(300 + 10*i + j), IPv6: p.ipv6})
-				if err != nil {
-					t.Fatal(err)
-				}
-				// The dialer reports each MiB it receives.
-				ev, err := netlab.WaitEvent(dp, hangLimit(threshold), func(ev *netlab.Event) bool {
-					return ev.Event == netlab.EventProgress && ev.Received >= threshold || ev.Event == netlab.EventResult
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ev.Event == netlab.EventResult {
-					t.Fatalf("the exchange ended before the outage: %+v", ev.Result)
-				}
+				lp, dp, ev := startUntil(t, lab, bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20,
+					Seed: uint64(300 + 10*i + j), IPv6: p.ipv6}, threshold)
 				var before [2]uint64
 				for k, ns := range []*netlab.Namespace{lab.A, lab.B} {
+					var err error
 					if _, before[k], err = lab.IngressCounts(ns); err != nil {
 						t.Fatal(err)
 					}
@@ -97,19 +85,7 @@ func TestLinkDown(t *testing.T) {
 		rate      = 8 << 20
 		threshold = 4 << 20
 	)
-	lp, dp, err := lab.StartExchange(bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20, Seed: 400})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := netlab.WaitEvent(dp, hangLimit(threshold), func(ev *netlab.Event) bool {
-		return ev.Event == netlab.EventProgress && ev.Received >= threshold || ev.Event == netlab.EventResult
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ev.Event == netlab.EventResult {
-		t.Fatalf("the exchange ended before the link went down: %+v", ev.Result)
-	}
+	lp, dp, ev := startUntil(t, lab, bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20, Seed: 400}, threshold)
 	if out, err := lab.A.Run("ip", "link", "set", lab.A.Dev, "down"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -119,4 +95,25 @@ func TestLinkDown(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	waitExchange(t, lp, dp, n)
+}
+
+// startUntil starts a netconn exchange and waits until the dialer, which
+// reports each MiB it receives, has received threshold bytes; the
+// exchange must still be running then.
+func startUntil(t *testing.T, lab *netlab.Lab, bin string, opts netlab.ExchangeOptions, threshold int64) (lp, dp *netlab.Proc, ev *netlab.Event) {
+	t.Helper()
+	lp, dp, err := lab.StartExchange(bin, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err = netlab.WaitEvent(dp, hangLimit(threshold), func(ev *netlab.Event) bool {
+		return ev.Event == netlab.EventProgress && ev.Received >= threshold || ev.Event == netlab.EventResult
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Event == netlab.EventResult {
+		t.Fatalf("the exchange ended before the outage began: %+v", ev.Result)
+	}
+	return lp, dp, ev
 }
