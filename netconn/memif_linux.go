@@ -135,13 +135,7 @@ func openWireDevice(key deviceKey, wire string) (*sharedDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netconn: memif wire %s: %w", wire, err)
 	}
-	d, err := openMemifDevice(l, key.ip)
-	if err != nil {
-		return nil, err
-	}
-	d.key, d.private = key, false
-	memifConns.Add(-1)
-	return d, nil
+	return newDevice(key, "softroce-memif-wire-"+key.ip.String(), l, verbs.MTU4096)
 }
 
 // acceptOffer takes the link the listener connected to an offer and makes
