@@ -9,7 +9,8 @@
 # back to back, to rsockbench server -verify; the columns are both
 # goodputs (GB/s, 10^9 bytes per second, every byte verified), their
 # ratio, rsock's retransmissions, sequence NAKs sent and received and ACK
-# timeouts (client and server summed), and the frames the rules dropped.
+# timeouts and loss probes (client and server summed), and the frames the
+# rules dropped.
 #
 # Settings (environment):
 #   MTUS=9000,1500  LOSS=0,0.1,1,5,20 (percent)  DIRECTIONS=one,both
@@ -17,6 +18,8 @@
 #   DURATION=10s  CASE_TIMEOUT=2m (per transport per row; a run still going
 #   then is ended and shown as "timeout")  TOTAL_TIMEOUT=60m (no row starts
 #   after it)  JSON=FILE (also write the rows as JSON lines)
+#   RSOCKBENCH=FILE (run this rsockbench binary instead of building one from
+#   the tree, to compare two builds)
 #
 # The table goes to stdout, progress to stderr. Namespaces are named
 # netpath-bench-<random>-…, and removed on exit, also on Ctrl-C or a kill
@@ -75,7 +78,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "netpath-bench: building rsockbench and netlab" >&2
-go build -o "$tmp/rsockbench" ./cmd/rsockbench
+if [ -n "${RSOCKBENCH:-}" ]; then cp "$RSOCKBENCH" "$tmp/rsockbench"; else go build -o "$tmp/rsockbench" ./cmd/rsockbench; fi
 go build -o "$tmp/netlab" ./internal/netlab/cmd/netlab
 
 args=(goodput -rsockbench "$tmp/rsockbench" -prefix "$prefix"

@@ -303,8 +303,10 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	// rsockbench's clients speak first, so a long sniff costs nothing, and
 	// it rides out a preface lost on a lossy path (TCP sends it again
-	// after at least 200 ms, the default sniff).
-	lc := netconn.ListenConfig{Provider: f.provider, Link: f.link, SniffTimeout: 2 * time.Second}
+	// after at least 200 ms, the default sniff, and backs off from there):
+	// the sniff and the handshake may take as long as any other wait.
+	lc := netconn.ListenConfig{Provider: f.provider, Link: f.link,
+		SniffTimeout: max(2*time.Second, f.timeout), HandshakeTimeout: max(netconn.DefaultHandshakeTimeout, f.timeout)}
 	rln, err := lc.Listen(ctx, "tcp", f.addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)

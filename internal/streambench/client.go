@@ -334,7 +334,10 @@ func (c *Client) dialData(ctx context.Context, p *Point, id uint32) ([]net.Conn,
 		var dc net.Conn
 		var err error
 		if p.Transport == TransportRsock {
-			d := netconn.Dialer{Provider: c.cfg.Provider, Link: c.cfg.Link}
+			// The handshake may take as long as any wait for the server:
+			// on a lossy path TCP resends its segments after backoffs
+			// that add up to seconds.
+			d := netconn.Dialer{Provider: c.cfg.Provider, Link: c.cfg.Link, HandshakeTimeout: c.cfg.Timeout}
 			dc, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
 		} else {
 			var d net.Dialer

@@ -24,6 +24,10 @@ type completerState struct {
 
 	backoff  uint8 // selective repeat: timeouts since the last progress
 	rtoArmed int64 // selective repeat: the timeout last armed (ns)
+	// probing says the armed deadline is a loss probe's (selective
+	// repeat); probes counts the probes sent since the last progress.
+	probing bool
+	probes  uint8
 
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to
@@ -148,6 +152,12 @@ func (q *QP) goBack(psn uint32) {
 func (q *QP) ackUpTo(psn uint32) {
 	if d := psnDiff(psn, q.comp.ackedPSN); d > 0 && psnDiff(psn, q.req.highPSN) < 0 {
 		if sb := q.comp.sb; sb != nil {
+			if sb.any {
+				// The ACK moved past a gap that was repaired: it says
+				// when the repair arrived, not the timed packet, whose
+				// own arrival a lost selective NAK left unreported.
+				q.comp.rtt.discard()
+			}
 			sb.acked(q.comp.ackedPSN, psn)
 		}
 		q.comp.win.onAck(int(d), psn, q.req.highPSN)
@@ -164,6 +174,7 @@ func (q *QP) progress() {
 	q.comp.retryLeft = q.attr.RetryCnt
 	q.comp.rnrLeft = q.attr.RNRRetry
 	q.comp.backoff = 0
+	q.comp.probes = 0
 	q.comp.rewound = false
 	q.armAckTimerNow()
 }

@@ -1,6 +1,10 @@
 package softroce
 
-import "github.com/rsock-go/rsock/verbs/softroce/wire"
+import (
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
 
 // Selective repeat, IRN style (SIGCOMM'18), between peers that negotiated
 // it: the responder places request packets that arrive past a gap, keeps a
@@ -16,6 +20,12 @@ const sackWindow = 8 * wire.MaxSACKBytes
 // a packet that has not is taken as lost (TCP's duplicate-ACK threshold,
 // counted as RACK does, in transmission order rather than PSN order).
 const reorderPackets = 3
+
+// minReorderWindow is the least time by which a transmission that
+// arrived must have followed one that has not for that one to be lost
+// (RACK's reordering window, RFC 8985: a quarter of the smoothed round
+// trip, but no less than this).
+const minReorderWindow = int64(50 * time.Microsecond)
 
 // recvBitmap is the responder's record of PSNs placed past the expected
 // PSN. Bits are indexed by PSN modulo sackWindow, so a set bit is
@@ -84,11 +94,14 @@ func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
 
 // scoreboard is the requester's view of which PSNs past the cumulative
 // ACK the responder holds, and of when each PSN was last transmitted, in
-// a count of transmissions. A PSN is lost once a packet transmitted at
-// least reorderPackets transmissions after it has arrived: that rule
-// finds first losses and lost retransmissions alike, and tolerates
-// reordering shorter than reorderPackets. Its ring covers size PSNs, at
-// least the QP's largest send window.
+// a count of transmissions and in time. A PSN is lost once a packet
+// transmitted at least reorderPackets transmissions after it has arrived,
+// or one transmitted more than a reordering window (a quarter of the
+// smoothed round trip) after it: as RACK's (RFC 8985), those rules find
+// first losses and lost retransmissions alike, tolerate reordering
+// shorter than either, and the time rule also finds a lost packet that
+// few others followed (the last of a burst, or a resend). Its ring covers
+// size PSNs, at least the QP's largest send window.
 //
 // A report that a resent PSN arrived may describe its earlier copy: a
 // report generated before the resend reached the responder. So a report
@@ -98,10 +111,13 @@ func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
 // before it, lost again. Reports about PSNs sent once are always credible.
 type scoreboard struct {
 	seq    []uint32 // by PSN modulo len: transmission count when last sent
+	sentAt []int64  // by PSN modulo len: when last sent (ns)
 	at     []int64  // by PSN modulo len: when last resent (ns); 0 if sent once
 	bits   []uint64 // by PSN modulo len: arrived past the cumulative ACK
 	txSeq  uint32   // transmissions so far (modular)
 	rack   uint32   // the latest transmission known to have arrived
+	rackAt int64    // when the latest transmission known to have arrived was sent (ns); 0 for none
+	reoWnd int64    // the reordering window (ns); 0 while no round trip is measured
 	sacked int      // PSNs past the cumulative ACK that arrived
 	high   uint32   // one past the highest PSN selectively acknowledged
 	any    bool     // high is set
@@ -110,7 +126,8 @@ type scoreboard struct {
 
 // newScoreboard covers size PSNs, a power of two no larger than sackWindow.
 func newScoreboard(size int) *scoreboard {
-	return &scoreboard{seq: make([]uint32, size), at: make([]int64, size), bits: make([]uint64, (size+63)/64)}
+	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
+		bits: make([]uint64, (size+63)/64)}
 }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
@@ -138,7 +155,13 @@ func later(a, b uint32) bool { return int32(a-b) > 0 }
 
 // reportAt starts handling a report that came in at now; srtt is the
 // smoothed round trip (0 before the first sample).
-func (s *scoreboard) reportAt(now, srtt int64) { s.recent = now - srtt }
+func (s *scoreboard) reportAt(now, srtt int64) {
+	s.recent = now - srtt
+	s.reoWnd = 0
+	if srtt > 0 {
+		s.reoWnd = max(srtt/4, minReorderWindow)
+	}
+}
 
 // credible reports whether the report at hand can describe psn's latest
 // transmission.
@@ -166,9 +189,14 @@ func (s *scoreboard) arrived(psn uint32) {
 }
 
 func (s *scoreboard) noteArrived(psn uint32) {
-	if q := s.seq[s.index(psn)]; later(q, s.rack) && s.credible(psn) {
+	if !s.credible(psn) {
+		return
+	}
+	i := s.index(psn)
+	if q := s.seq[i]; later(q, s.rack) {
 		s.rack = q
 	}
+	s.rackAt = max(s.rackAt, s.sentAt[i])
 }
 
 // sent records a transmission of psn at now; again says it was sent
@@ -177,7 +205,7 @@ func (s *scoreboard) sent(psn uint32, now int64, again bool) {
 	s.setSacked(psn, false)
 	s.txSeq++
 	i := s.index(psn)
-	s.seq[i], s.at[i] = s.txSeq, 0
+	s.seq[i], s.sentAt[i], s.at[i] = s.txSeq, max(now, 1), 0
 	if again {
 		s.at[i] = max(now, 1)
 	}
@@ -217,7 +245,12 @@ func (s *scoreboard) acked(from, to uint32) {
 
 // lost reports whether psn, sent and not acknowledged, is to be resent.
 func (s *scoreboard) lost(psn uint32) bool {
-	return !s.isSacked(psn) && int32(s.rack-s.seq[s.index(psn)]) >= reorderPackets
+	if s.isSacked(psn) {
+		return false
+	}
+	i := s.index(psn)
+	return int32(s.rack-s.seq[i]) >= reorderPackets ||
+		s.reoWnd > 0 && s.rackAt-s.sentAt[i] > s.reoWnd
 }
 
 // timedOut makes every PSN sent so far and not known to have arrived

@@ -2,6 +2,7 @@ package softroce
 
 import (
 	"testing"
+	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
@@ -156,5 +157,39 @@ func TestScoreboardForget(t *testing.T) {
 	}
 	if s.sacked != 0 || s.any {
 		t.Errorf("forget left sacked %d, any %v", s.sacked, s.any)
+	}
+}
+
+// TestScoreboardTimeRule: a PSN sent more than a reordering window before
+// one that arrived is lost, however few transmissions followed it (the
+// last packets of a burst, a resend), and one sent within the window is
+// not: that is reordering RACK tolerates.
+func TestScoreboardTimeRule(t *testing.T) {
+	const us = int64(time.Microsecond)
+	s := newScoreboard(64)
+	s.sent(0, 100*us, false)
+	s.sent(1, 180*us, false)
+	s.sent(2, 200*us, false)
+	s.reportAt(500*us, 0) // no round trip measured: no time rule
+	s.sack(2)
+	if s.lost(0) || s.lost(1) {
+		t.Fatal("lost before any round trip was measured")
+	}
+	s.reportAt(600*us, 200*us) // reordering window: max(200/4, 50) µs
+	s.sack(2)
+	if !s.lost(0) {
+		t.Error("PSN 0, sent 100 µs before PSN 2 arrived, is not lost")
+	}
+	if s.lost(1) {
+		t.Error("PSN 1, sent 20 µs before PSN 2, counts as lost: that is within the reordering window")
+	}
+	// A resend of 0 is lost too once a later transmission (sent more than
+	// the window after it) is reported, credibly, to have arrived.
+	s.sent(0, 700*us, true)
+	s.sent(3, 800*us, false)
+	s.reportAt(1100*us, 200*us)
+	s.sack(3)
+	if !s.lost(0) {
+		t.Error("the resend of 0, sent 100 µs before PSN 3 arrived, is not lost")
 	}
 }

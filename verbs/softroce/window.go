@@ -158,6 +158,19 @@ func (r *rttEstimator) acked(acked uint32, now int64) {
 	if !r.timing || psnDiff(acked, r.psn) < 0 {
 		return
 	}
+	r.sample(now)
+}
+
+// arrived ends the sample when psn, reported to have arrived on its own
+// (past a gap, by a selective NAK), is the packet being timed.
+func (r *rttEstimator) arrived(psn uint32, now int64) {
+	if r.timing && r.psn == psn {
+		r.sample(now)
+	}
+}
+
+// sample ends the sample in progress at now.
+func (r *rttEstimator) sample(now int64) {
 	r.timing = false
 	m := now - r.start
 	if r.srtt == 0 {
