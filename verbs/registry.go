@@ -56,3 +56,14 @@ func Providers() []string {
 	slices.Sort(names)
 	return names
 }
+
+// ErrNoRDMA is the error of a provider's open function on a host that has
+// no RDMA device at all, or no RDMA support in its kernel (where
+// libibverbs' device list fails with ENOSYS): the usual case on a plain
+// host, which callers may keep quiet about. It matches ErrNoDevice too.
+var ErrNoRDMA error = noRDMA{}
+
+type noRDMA struct{}
+
+func (noRDMA) Error() string        { return "verbs: the host has no RDMA devices" }
+func (noRDMA) Is(target error) bool { return target == ErrNoDevice }

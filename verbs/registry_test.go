@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -45,5 +46,15 @@ func TestRegisterProvider(t *testing.T) {
 			}()
 			RegisterProvider(bad.name, bad.open)
 		}()
+	}
+}
+
+func TestErrNoRDMA(t *testing.T) {
+	err := fmt.Errorf("provider: %w", ErrNoRDMA)
+	if !errors.Is(err, ErrNoRDMA) || !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("%v does not match ErrNoRDMA and ErrNoDevice", err)
+	}
+	if errors.Is(fmt.Errorf("provider: %w", ErrNoDevice), ErrNoRDMA) {
+		t.Fatal("ErrNoDevice matches ErrNoRDMA")
 	}
 }

@@ -93,14 +93,14 @@ func Open(cfg Config) (*Device, error) {
 	list, err := C.rs_devices(&n)
 	if list == nil {
 		if e := errnoOf(err); e == 0 || e == syscall.ENOSYS || e == syscall.ENOENT || e == syscall.ENODEV {
-			return nil, fmt.Errorf("rdmacore: no RDMA devices (ibv_get_device_list: %v): %w", e, verbs.ErrNoDevice)
+			return nil, fmt.Errorf("rdmacore: ibv_get_device_list: %v: %w", e, verbs.ErrNoRDMA)
 		}
 		return nil, callErr("ibv_get_device_list", errnoOf(err))
 	}
 	defer C.ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
 	if len(devs) == 0 {
-		return nil, fmt.Errorf("rdmacore: no RDMA devices: %w", verbs.ErrNoDevice)
+		return nil, fmt.Errorf("rdmacore: %w", verbs.ErrNoRDMA)
 	}
 	var whys []error
 	for _, d := range devs {
