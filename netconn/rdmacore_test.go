@@ -45,6 +45,12 @@ const (
 	envPeerConn   = "RSOCK_PEER_CONN"
 )
 
+// guestSniff is the listeners' wait for a dialer's preface in the device
+// tests: a dialer opens its device before it sends the preface, and in
+// an emulated guest opening an rdma-core device takes longer than the
+// default 200 ms.
+const guestSniff = 10 * time.Second
+
 // TestAutoWithoutRDMACoreDevice: with rdmacore built in and no device
 // for the address (loopback never has one; this host may have no RDMA at
 // all), auto runs on soft-RoCE, and rdmacore asked for explicitly falls
@@ -119,7 +125,7 @@ func rdmacoreAddr(t *testing.T) netip.Addr {
 // the device's loopback).
 func TestRDMACoreConn(t *testing.T) {
 	ip := rdmacoreAddr(t)
-	lc := ListenConfig{Provider: ProviderRDMACore, HandshakeTimeout: 30 * time.Second}
+	lc := ListenConfig{Provider: ProviderRDMACore, HandshakeTimeout: 30 * time.Second, SniffTimeout: guestSniff}
 	ln, err := lc.Listen(context.Background(), "tcp", netip.AddrPortFrom(ip, 0).String())
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +189,7 @@ func TestPeerConn(t *testing.T) {
 // to the other, passing a half-close on; it returns once no connection
 // came for 30 s after the last pair ended.
 func spliceServer(t *testing.T, addr string) {
-	lc := ListenConfig{HandshakeTimeout: 30 * time.Second}
+	lc := ListenConfig{HandshakeTimeout: 30 * time.Second, SniffTimeout: guestSniff}
 	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +273,7 @@ func TestPeerExchange(t *testing.T) {
 	mySeed, peerSeed := uint64(1), uint64(2) // the client's stream, the server's
 	if listenAddr != "" {
 		mySeed, peerSeed = peerSeed, mySeed
-		lc := ListenConfig{HandshakeTimeout: 30 * time.Second}
+		lc := ListenConfig{HandshakeTimeout: 30 * time.Second, SniffTimeout: guestSniff}
 		var ln net.Listener
 		if ln, err = lc.Listen(context.Background(), "tcp", listenAddr); err != nil {
 			t.Fatal(err)
