@@ -26,8 +26,9 @@
 #   4. mixed peers: the host on soft-RoCE (in netns rxelab, 10.99.0.1)
 #      against g1 on rdmacore, host as server and as client, MIX_BYTES
 #      (64 MiB) each way at once, SHA-256 compared on both sides;
-#   5. numbers: rsockbench local in g1 with -provider rdmacore (rsock over
-#      rxe0 against TCP, both on the guest's address), and rsockbench
+#   5. numbers: rsockbench server in g2 and client in g1 with -provider
+#      rdmacore (rsock over rxe0 against TCP between the guests; local
+#      runs on loopback, which has no RoCEv2 GID), and rsockbench
 #      verbs -local in g1 (soft-RoCE: rsockbench verbs has no rdmacore
 #      mode) next to perftest's ib_write_bw/ib_write_lat on rxe0. Under
 #      emulation these are functional numbers, not performance.
@@ -202,11 +203,18 @@ if want_part 4; then
 fi
 
 if want_part 5; then
-	log "5a. rsockbench local in g1: rsock on rdmacore (rxe0) against TCP"
-	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench local -provider rdmacore -addr $IP1:18630 -sizes 64B,16KiB,1MiB -conns 1 -duration 2s -iters 200 -timeout 60s" >"$OUT/5a-local.txt" 2>&1
-	rc=$?
-	cat "$OUT/5a-local.txt" >&2
-	record "5a rsockbench local, rdmacore vs TCP (functional numbers)" "$rc"
+	# rsockbench local runs on loopback, which has no RoCEv2 GID; its
+	# cross-host form is server + client, which compares the same way.
+	log "5a. rsockbench server (g2) / client (g1): rsock on rdmacore (rxe0) against TCP"
+	gx $G2 -- "cd /mnt/state && timeout $to ./rsockbench server -provider rdmacore -sessions 1 -addr $IP2:18640" >"$OUT/5a-server.txt" 2>&1 &
+	spid=$!
+	sleep 3
+	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench client -provider rdmacore -addr $IP2:18640 -sizes 64B,16KiB,1MiB -conns 1 -duration 2s -iters 200 -timeout 60s" >"$OUT/5a-client.txt" 2>&1
+	crc=$?
+	wait $spid
+	src=$?
+	cat "$OUT/5a-client.txt" >&2
+	record "5a rsockbench client/server g1->g2, rdmacore vs TCP (functional numbers)" "$crc" "$src"
 	log "5b. rsockbench verbs -local in g1 (soft-RoCE) and perftest on rxe0"
 	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench verbs -local -roce $IP1:0 -addr $IP1:18515 -test write_bw,write_lat -size 65536 -iters 200" >"$OUT/5b-verbs.txt" 2>&1
 	rc=$?
