@@ -73,12 +73,14 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 	case ProviderAuto:
 		provider = ProviderSoftRoCE
 	case ProviderRDMACore:
-		return nil, errNoRDMACore
+		if !rdmacoreBuiltIn() {
+			return nil, errNoRDMACore
+		}
 	}
 	key := deviceKey{provider, link, ip.Unmap()}
 	limit := maxDevices()
-	if strings.HasPrefix(link, linkWirePrefix) {
-		limit = 1 // a wire is one memif connection
+	if strings.HasPrefix(link, linkWirePrefix) || provider == ProviderRDMACore {
+		limit = 1 // a wire is one memif connection; an RNIC serves every QP from one context
 	}
 	for {
 		registry.Lock()
@@ -152,6 +154,9 @@ func (d *sharedDevice) ref() *sharedDevice {
 func openDevice(key deviceKey) (*sharedDevice, error) {
 	if wire, ok := strings.CutPrefix(key.link, linkWirePrefix); ok {
 		return openWireDevice(key, wire)
+	}
+	if key.provider == ProviderRDMACore {
+		return openRDMACore(key)
 	}
 	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {
@@ -233,8 +238,12 @@ func removeLocked(d *sharedDevice) {
 	}
 }
 
-// transport names the path of a device, e.g. "rdma/softroce/udp".
+// transport names the path of a device, e.g. "rdma/softroce/udp", or
+// "rdma/rdmacore/<device>" for an rdma-core device.
 func (d *sharedDevice) transport() string {
+	if d.dev.Provider() == ProviderRDMACore {
+		return "rdma/" + ProviderRDMACore + "/" + d.dev.Name()
+	}
 	return "rdma/" + d.dev.Provider() + "/" + d.dev.Link()
 }
 

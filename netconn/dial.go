@@ -123,7 +123,7 @@ const (
 func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Conn, plain plainness, _ error) {
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
 	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, err := acquireDevice(set.provider, set.sharedLink(), local)
+	dev, why, err := acquireFor(set, local)
 	if err != nil {
 		return newTCPConn(c, err.Error()), notPlain, nil // no usable provider: plain TCP, no preface sent
 	}
@@ -257,6 +257,8 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 	conn := newRDMAConn(c, s, dev)
 	if memifWhy != "" {
 		conn.reason = "memif: " + memifWhy
+	} else if dev.dev.Link() != LinkMemif {
+		conn.reason = why // on memif, rdma-core was not wanted anyway
 	}
 	return conn, notPlain, nil
 }

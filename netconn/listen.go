@@ -280,7 +280,7 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	case l.set.link == LinkMemif && l.set.wire == "":
 		return decline("this listener runs memif only, and the dialer did not offer it")
 	}
-	dev, err := acquireDevice(l.set.provider, l.set.sharedLink(), local)
+	dev, why, err := acquireFor(l.set, local)
 	if err != nil {
 		return decline(err.Error())
 	}
@@ -332,6 +332,8 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	conn := newRDMAConn(c, s, dev)
 	if memifWhy != "" {
 		conn.reason = "memif: " + memifWhy
+	} else {
+		conn.reason = why
 	}
 	return conn, nil
 }

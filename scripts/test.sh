@@ -19,6 +19,17 @@ go test -race -count=1 -timeout 20m ./...
 echo "== go test -race, RSOCK_LINK=udp"
 RSOCK_LINK=udp go test -race -count=1 -timeout 10m ./netconn/ ./examples/... ./cmd/... ./internal/streambench/
 
+# The rdmacore provider (cgo over libibverbs, behind its build tag): vet
+# and build with the tag, check that the default build stays cgo-free,
+# and run the tests that need no RDMA device (with none, auto picks
+# soft-RoCE). Its tests on a device run in qemu guests with the kernel's
+# rxe: test/rxe/rdmacore.sh (not part of CI).
+echo "== -tags rdmacore"
+CGO_ENABLED=0 go build ./...
+go vet -tags rdmacore ./verbs/... ./netconn/ ./cmd/rsockbench/
+go build -tags rdmacore ./...
+go test -race -count=1 -tags rdmacore -timeout 10m ./verbs/ ./verbs/rdmacore/ ./netconn/
+
 # fuzz runs one target for FUZZTIME. Go 1.26's fuzzing coordinator can
 # report "context deadline exceeded" as a failure when -fuzztime ends
 # while a worker is busy (go.dev/issue/75804, fixed in Go 1.27); such a run
