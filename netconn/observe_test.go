@@ -204,8 +204,8 @@ type recorder struct {
 }
 
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *recorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
-func (r *recorder) WithGroup(string) slog.Handler           { return r }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	r.recs = append(r.recs, rec.Clone())
@@ -345,4 +345,3 @@ func TestExpvar(t *testing.T) {
 	}
 	t.Errorf("conn %v not in the published devices: %s", local, v.String())
 }
-
