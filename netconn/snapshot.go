@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce"
 )
 
 // State is the process-wide state of rsock: every device with its
@@ -32,6 +33,8 @@ type State struct {
 	// deadline or Close).
 	HandshakeFailures uint64 `json:"handshake_failures"`
 	ConnErrors        uint64 `json:"conn_errors"`
+	// Capture counts the packets of the RSOCK_PCAP file, if any.
+	Capture softroce.CaptureStats `json:"capture"`
 }
 
 // DeviceState is one device in a State.
@@ -144,6 +147,7 @@ func Snapshot() State {
 		PendingHandshakes: pendingHandshakes.Load(),
 		HandshakeFailures: handshakeFailures.Load(),
 		ConnErrors:        connErrors.Load(),
+		Capture:           captureStats(),
 		TCPConns:          []ConnStats{},
 	}
 	for i, k := range FallbackKinds {
