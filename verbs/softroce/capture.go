@@ -41,6 +41,8 @@ type Capture struct {
 	written atomic.Uint64
 	skipped atomic.Uint64
 	noID    atomic.Uint64
+	// idDeltas are the ICRC differences by IPv4 ID, by packet length.
+	idDeltas map[int]*[maxGSOID]uint32
 }
 
 // captureSnapLen covers the largest frame: Ethernet, IPv6, UDP, RoCE
@@ -121,17 +123,34 @@ func (c *Capture) Close() error {
 // the kernel gives the datagram; links that frame packets themselves
 // (pipe, memif) compute it with ID 0 and leave Buf alone, so the capture
 // computes that one when the bytes there do not verify.
-func (c *Capture) sent(local netip.AddrPort, pkts []link.Packet) {
-	c.batch(pkts, true, func(p *link.Packet) (src, dst netip.AddrPort) { return local, p.Addr })
+func (c *Capture) sent(l link.Link, pkts []link.Packet) {
+	local := l.LocalAddr()
+	// Only the udp link's ICRCs are worth searching IDs for: the others'
+	// bytes after N are not an ICRC, and 64 tries per packet would slow
+	// the sender down.
+	mode := txComputed
+	if l.Name() == "udp" {
+		mode = txInPlace
+	}
+	c.batch(pkts, mode, func(p *link.Packet) (src, dst netip.AddrPort) { return local, p.Addr })
 }
 
 // received captures packets a device at local received, with the ICRC
 // that came with them (after Buf[:N]), good or bad.
 func (c *Capture) received(local netip.AddrPort, pkts []link.Packet) {
-	c.batch(pkts, false, func(p *link.Packet) (src, dst netip.AddrPort) { return p.Addr, local })
+	c.batch(pkts, rxICRC, func(p *link.Packet) (src, dst netip.AddrPort) { return p.Addr, local })
 }
 
-func (c *Capture) batch(pkts []link.Packet, tx bool, ends func(*link.Packet) (src, dst netip.AddrPort)) {
+// icrcMode says where a packet's ICRC is.
+type icrcMode int
+
+const (
+	rxICRC     icrcMode = iota // received after Buf[:N]: keep it, find its IPv4 ID
+	txInPlace                  // appended by the link (udp), for the ID of its GSO run
+	txComputed                 // not in Buf: the link computes it for IPv4 ID 0
+)
+
+func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packet) (src, dst netip.AddrPort)) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,7 +161,7 @@ func (c *Capture) batch(pkts []link.Packet, tx bool, ends func(*link.Packet) (sr
 			continue
 		}
 		src, dst := ends(p)
-		n := c.encode(src, dst, p.Buf[:p.N+wire.ICRCLen], i, tx)
+		n := c.encode(src, dst, p.Buf[:p.N+wire.ICRCLen], mode)
 		if n == 0 || c.size+int64(c.pw.RecordLen(n)) > c.limit {
 			c.skipped.Add(1)
 			continue
@@ -161,10 +180,9 @@ func (c *Capture) batch(pkts []link.Packet, tx bool, ends func(*link.Packet) (sr
 }
 
 // encode builds the frame of pkt (BTH through ICRC) from src to dst into
-// c.frame and returns its length, or 0 if it does not fit. hint is the
-// packet's index in its batch: the IPv4 ID of a GSO run's packet. With tx,
-// an ICRC that verifies for no IPv4 ID is computed for ID 0.
-func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, hint int, tx bool) int {
+// c.frame and returns its length, or 0 if it does not fit; mode says where
+// its ICRC is.
+func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int {
 	v4 := src.Addr().Unmap().Is4()
 	ipLen := wire.IPv6Len
 	etherType := uint16(wire.EtherTypeIPv6)
@@ -182,8 +200,11 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, hint int, tx bool)
 	copy(f[hdr:], pkt)
 	body, icrc := f[hdr:len(f)-wire.ICRCLen], f[len(f)-wire.ICRCLen:]
 	if v4 {
-		id, ok := ipv4ID(src, dst, pkt, hint)
-		if !ok && tx {
+		id, ok := uint16(0), false
+		if mode != txComputed {
+			id, ok = c.ipv4ID(src, dst, pkt)
+		}
+		if !ok && mode != rxICRC {
 			ph := wire.PseudoHeader{Src: src, Dst: dst}
 			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
 		} else if !ok {
@@ -194,7 +215,7 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, hint int, tx bool)
 	} else {
 		wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP, HopLimit: 64,
 			Src: src.Addr(), Dst: dst.Addr()})
-		if tx {
+		if mode == txComputed {
 			ph := wire.PseudoHeader{Src: src, Dst: dst}
 			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
 		}
@@ -208,28 +229,46 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, hint int, tx bool)
 // maxGSOID bounds the IPv4 IDs tried: a GSO run has at most 64 packets.
 const maxGSOID = 64
 
-// ipv4ID finds the IPv4 ID for which the ICRC at the end of pkt verifies:
-// hint first, then 0, then the rest of a GSO run's IDs.
-func ipv4ID(src, dst netip.AddrPort, pkt []byte, hint int) (uint16, bool) {
+// ipv4ID finds the IPv4 ID below maxGSOID for which the ICRC at the end
+// of pkt verifies. The CRC is affine: the ICRCs of one packet under two
+// IDs differ by a value that depends only on the IDs and the packet's
+// length, so one ICRC computation and a table per length (built once)
+// find the ID. The caller holds c.mu.
+func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
 	n := len(pkt) - wire.ICRCLen
-	got := wire.ICRCOf(pkt[n:])
 	ph := wire.PseudoHeader{Src: src, Dst: dst}
-	try := func(id int) bool {
-		ph.IPID = uint16(id)
-		return wire.ComputeICRC(&ph, pkt[:n]) == got
-	}
-	if hint < maxGSOID && try(hint) {
-		return uint16(hint), true
-	}
-	if hint != 0 && try(0) {
+	diff := wire.ComputeICRC(&ph, pkt[:n]) ^ wire.ICRCOf(pkt[n:])
+	if diff == 0 {
 		return 0, true
 	}
-	for id := 1; id < maxGSOID; id++ {
-		if id != hint && try(id) {
+	t := c.idDeltas[n]
+	if t == nil {
+		t = idDeltas(src, dst, n)
+		if c.idDeltas == nil {
+			c.idDeltas = make(map[int]*[maxGSOID]uint32)
+		}
+		c.idDeltas[n] = t
+	}
+	for id, d := range t {
+		if d == diff {
 			return uint16(id), true
 		}
 	}
 	return 0, false
+}
+
+// idDeltas returns, for an IPv4 RoCEv2 packet of n bytes (BTH through
+// pad), ICRC(ID id) XOR ICRC(ID 0) for each id below maxGSOID.
+func idDeltas(src, dst netip.AddrPort, n int) *[maxGSOID]uint32 {
+	zeros := make([]byte, n)
+	ph := wire.PseudoHeader{Src: src, Dst: dst}
+	base := wire.ComputeICRC(&ph, zeros)
+	var t [maxGSOID]uint32
+	for id := 1; id < maxGSOID; id++ {
+		ph.IPID = uint16(id)
+		t[id] = wire.ComputeICRC(&ph, zeros) ^ base
+	}
+	return &t
 }
 
 // macOf makes up a locally administered MAC address for ip.

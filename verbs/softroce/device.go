@@ -275,7 +275,7 @@ func (d *Device) send(pkts []link.Packet) error {
 	case err == nil:
 		d.stats.add(cSentPackets, uint64(len(pkts)))
 		if d.capture != nil {
-			d.capture.sent(d.link.LocalAddr(), pkts)
+			d.capture.sent(d.link, pkts)
 		}
 	case !errors.Is(err, link.ErrClosed):
 		d.stats.add(cSendErrors, 1)
