@@ -26,6 +26,7 @@ type Conn struct {
 	closing   atomic.Bool
 	liveDone  chan struct{}
 	grace     atomic.Pointer[time.Timer]
+	obs       connObs // statistics and logging (stats.go)
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -40,13 +41,13 @@ const peerGoneGrace = time.Second
 var errPeerGone = fmt.Errorf("netconn: the peer's control connection closed: %w", syscall.ECONNRESET)
 
 func newTCPConn(c net.Conn, reason string) *Conn {
-	return &Conn{tcp: c, transport: "tcp", reason: reason}
+	return register(&Conn{tcp: c, transport: "tcp", reason: reason})
 }
 
 func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {
 	cn := &Conn{tcp: c, stream: s, dev: d, transport: d.transport(), liveDone: make(chan struct{})}
 	go cn.watchControl()
-	return cn
+	return register(cn)
 }
 
 // watchControl reads the control connection, which carries nothing after
@@ -76,17 +77,35 @@ func (c *Conn) Transport() string { return c.transport }
 // Read reads from the connection.
 func (c *Conn) Read(b []byte) (int, error) {
 	if c.stream != nil {
-		return c.stream.Read(b)
+		n, err := c.stream.Read(b)
+		if err != nil {
+			c.noteError("read", err)
+		}
+		return n, err
 	}
-	return c.tcp.Read(b)
+	n, err := c.tcp.Read(b)
+	c.obs.read.Add(uint64(n))
+	if err != nil {
+		c.noteError("read", err)
+	}
+	return n, err
 }
 
 // Write writes to the connection.
 func (c *Conn) Write(b []byte) (int, error) {
 	if c.stream != nil {
-		return c.stream.Write(b)
+		n, err := c.stream.Write(b)
+		if err != nil {
+			c.noteError("write", err)
+		}
+		return n, err
 	}
-	return c.tcp.Write(b)
+	n, err := c.tcp.Write(b)
+	c.obs.written.Add(uint64(n))
+	if err != nil {
+		c.noteError("write", err)
+	}
+	return n, err
 }
 
 // CloseWrite shuts down the writing side: the peer reads the data sent so
@@ -106,6 +125,7 @@ func (c *Conn) CloseWrite() error {
 // idempotent.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		defer unregister(c)
 		if c.stream != nil {
 			c.closing.Store(true)
 			c.closeErr = c.stream.Close()

@@ -177,7 +177,7 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 // newDevice opens a soft-RoCE device for streams over l, with one
 // reference; l is closed with it, or on failure.
 func newDevice(key deviceKey, name string, l link.Link, mtu verbs.MTU) (*sharedDevice, error) {
-	dev, err := softroce.Open(softroce.Config{Name: name, Link: l, MaxMTU: mtu, AckDelay: streamAckDelay})
+	dev, err := softroce.Open(softroce.Config{Name: name, Link: l, MaxMTU: mtu, AckDelay: streamAckDelay, Capture: deviceCapture()})
 	if err != nil {
 		l.Close()
 		return nil, err

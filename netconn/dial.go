@@ -45,6 +45,14 @@ func Dial(network, address string) (net.Conn, error) {
 // DialContext connects to address. The returned conn is a *Conn, on RDMA
 // when both sides can, on TCP otherwise.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := d.dial(ctx, network, address)
+	if err == nil {
+		noteEstablished(c.(*Conn), "dial")
+	}
+	return c, err
+}
+
+func (d *Dialer) dial(ctx context.Context, network, address string) (net.Conn, error) {
 	switch network {
 	case "tcp", "tcp4", "tcp6":
 	default:
@@ -94,6 +102,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		return pc, perr
 	}
 	if err != nil {
+		logHandshakeFailure("dial", c.RemoteAddr(), err)
 		c.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}

@@ -36,6 +36,15 @@
 //	                it and falls back to TCP without it.
 //	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
 //	                two from 4096 to 67108864 (default 524288).
+//	RSOCK_PCAP      a file that the soft-RoCE devices write their packets
+//	                to, as a pcap that tshark decodes as RoCEv2;
+//	                RSOCK_PCAP_MAX bounds it (default 64 MiB).
+//
+// Observability: Conn.Stats describes one connection (as ss -ti would);
+// Snapshot the process (devices, their counters and conns, fallbacks),
+// also published through expvar as "rsock"; package netconn/metrics serves
+// it in Prometheus' format; SetLogger receives fallbacks, failed
+// handshakes and connection errors through log/slog.
 //
 // Process-wide state: connections that use the same provider, link and
 // local IP share its devices (for soft-RoCE, a device is one UDP socket

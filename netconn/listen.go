@@ -183,6 +183,7 @@ func (l *Listener) acceptLoop() {
 			c, err := l.negotiate(a.Conn, a.Hello)
 			l.untrack(a.Conn)
 			if err != nil {
+				logHandshakeFailure("accept", a.Conn.RemoteAddr(), err)
 				a.Conn.Close()
 				return
 			}
@@ -233,6 +234,7 @@ func (l *Listener) track(c net.Conn) bool {
 		return false
 	}
 	l.pending[c] = struct{}{}
+	pendingHandshakes.Add(1)
 	return true
 }
 
@@ -240,10 +242,12 @@ func (l *Listener) untrack(c net.Conn) {
 	l.mu.Lock()
 	delete(l.pending, c)
 	l.mu.Unlock()
+	pendingHandshakes.Add(-1)
 }
 
 // deliver queues a conn for Accept, or closes it if the listener closed.
 func (l *Listener) deliver(c *Conn) {
+	noteEstablished(c, "accept")
 	select {
 	case l.ready <- c:
 	case <-l.done:

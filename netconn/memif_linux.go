@@ -118,7 +118,8 @@ func (o *memifOffer) close() {
 // with one reference; l is closed with it, or on failure.
 func openMemifDevice(l *memif.Link, ip netip.Addr) (*sharedDevice, error) {
 	key := deviceKey{provider: ProviderSoftRoCE, link: LinkMemif, ip: ip.Unmap()}
-	d, err := newDevice(key, "softroce-memif-"+ip.Unmap().String(), l, verbs.MTU4096)
+	// Named uniquely, as the shared devices are: each connection has its own.
+	d, err := newDevice(key, fmt.Sprintf("softroce-memif%d-%v", devicesOpened.Add(1)-1, ip.Unmap()), l, verbs.MTU4096)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,7 @@ type Stream struct {
 	rdl, wdl    *deadline
 	wcs         []verbs.WC // completions being handled by drive
 	keepalive   *time.Timer
+	stalls      stalls // writers' waits, for Stats
 	closeOnce   sync.Once
 	teardownErr error
 }
@@ -311,6 +312,7 @@ func (s *Stream) waitWritable(want int) (int, error) {
 		if n > 0 && s.prod.CanSendData() {
 			return n, nil
 		}
+		s.noteStall(sendFree)
 		s.mu.Unlock()
 		select {
 		case <-s.e.cq.Notify():

@@ -11,6 +11,7 @@
 //	        the client, stream throughput, ping-pong latency, CPU per GB
 //	server  the server side of local, for runs across hosts
 //	client  the client side of local, against a server
+//	stat    a running server's connections and devices (server -debug-addr)
 //	verbs   RDMA verbs tests over soft-RoCE, shaped like perftest's
 //	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
 //	rc-pingpong
@@ -52,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServer(rest, stdout, stderr)
 	case "client":
 		return runClient(rest, stdout, stderr)
+	case "stat":
+		return runStat(rest, stdout, stderr)
 	case "verbs":
 		return runVerbs(rest, stdout, stderr)
 	case "rc-pingpong":
@@ -73,6 +76,7 @@ Subcommands:
   local    rsock against TCP on loopback: throughput, latency and CPU per GB, side by side
   server   serve local's measurements to clients on other hosts (-verify checks every byte)
   client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
+  stat     print a running server's connections and devices, as ss -ti and rdma statistic (server -debug-addr)
   verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
   rc-pingpong  ibv_rc_pingpong-compatible SEND ping-pong over soft-RoCE (client with a host, else server)
   ib_send_bw, ib_write_bw, ib_read_bw, ib_write_lat

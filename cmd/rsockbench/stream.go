@@ -22,7 +22,7 @@ import (
 
 const streamUsage = `usage:
   rsockbench local  [flags]                 server child process + client, on loopback
-  rsockbench server [-addr 127.0.0.1:18600] [-tcp-addr ADDR] [-verify] [-sessions N]
+  rsockbench server [-addr 127.0.0.1:18600] [-tcp-addr ADDR] [-verify] [-sessions N] [-debug-addr ADDR]
   rsockbench client [-addr 127.0.0.1:18600] [flags]
 
 Compares rsock (package netconn, provider softroce) with plain TCP in the same
@@ -74,6 +74,7 @@ type streamFlags struct {
 	addr, tcpAddr, provider, link           string
 	sizes, conns, modes, transports, nbytes string
 	jsonPath, plotPath, cpuProfile          string
+	debugAddr                               string
 	duration, timeout                       time.Duration
 	iters, sessions                         int
 	seed                                    uint64
@@ -118,6 +119,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	if cmd == "server" {
 		fs.StringVar(&f.tcpAddr, "tcp-addr", "", "plain TCP address (default: -addr's IP, port+1; ephemeral if -addr's port is 0)")
 		fs.IntVar(&f.sessions, "sessions", 0, "exit after serving this many client sessions (0: serve until interrupted)")
+		fs.StringVar(&f.debugAddr, "debug-addr", "", "serve /debug/vars (expvar, with rsock's snapshot) and /metrics (Prometheus) over HTTP on this address;\n'rsockbench stat -addr ADDR' prints them")
 		return fs
 	}
 	if cmd == "client" {
@@ -318,6 +320,16 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		rln.Close()
 		fmt.Fprintf(stderr, "rsockbench server: %v\n", err)
 		return exitFail
+	}
+	if f.debugAddr != "" {
+		stopDebug, err := serveDebug(f.debugAddr, stdout)
+		if err != nil {
+			rln.Close()
+			tln.Close()
+			fmt.Fprintf(stderr, "rsockbench server: -debug-addr: %v\n", err)
+			return exitFail
+		}
+		defer stopDebug()
 	}
 	fmt.Fprintf(stdout, "%s%s, tcp on %s\n", streamServerPrefix, rln.Addr(), tln.Addr())
 	err = streambench.Serve(ctx, rln, tln, streambench.ServerConfig{Verify: f.verify, Sessions: f.sessions, Timeout: f.timeout, Log: stdout})

@@ -44,6 +44,10 @@ type Config struct {
 	// delay on every message. Traffic whose senders never wait on a lone
 	// completion (rsock streams) saves a packet and a wake-up per message.
 	AckDelay time.Duration
+	// Capture, if not nil, records what the device sends and receives as
+	// a pcap (see Capture). Several devices may share one; the device
+	// does not close it.
+	Capture *Capture
 }
 
 // Device is a soft-RoCE device: one link, its QPs, MRs and CQs.
@@ -53,6 +57,7 @@ type Device struct {
 	port        verbs.PortAttr
 	maxInflight int
 	ackDelay    int64 // Config.AckDelay in nanoseconds
+	capture     *Capture
 
 	stats counters
 
@@ -111,6 +116,7 @@ func Open(cfg Config) (*Device, error) {
 		link:        cfg.Link,
 		maxInflight: cfg.MaxInflight,
 		ackDelay:    int64(max(cfg.AckDelay, 0)),
+		capture:     cfg.Capture,
 		lkeys:       make(map[uint32]*MR),
 		rkeys:       make(map[uint32]*MR),
 		qps:         make(map[uint32]*QP),
@@ -268,6 +274,9 @@ func (d *Device) send(pkts []link.Packet) error {
 	switch {
 	case err == nil:
 		d.stats.add(cSentPackets, uint64(len(pkts)))
+		if d.capture != nil {
+			d.capture.sent(d.link, pkts)
+		}
 	case !errors.Is(err, link.ErrClosed):
 		d.stats.add(cSendErrors, 1)
 	}

@@ -74,6 +74,7 @@ type pairOpts struct {
 	sendWR      uint32
 	recvWR      uint32
 	selective   bool // selective repeat on both QPs
+	capture     *Capture
 }
 
 func (o *pairOpts) defaults() {
@@ -108,7 +109,7 @@ func (o *pairOpts) defaults() {
 
 func newNode(t testing.TB, l link.Link, o pairOpts) *node {
 	t.Helper()
-	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight, AckDelay: o.ackDelay})
+	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight, AckDelay: o.ackDelay, Capture: o.capture})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,9 @@ func (rx *receiver) batch(pkts []link.Packet) {
 // produced: responses, NAKs and one coalesced ACK per QP.
 func (rx *receiver) process(pkts []link.Packet) {
 	rx.d.stats.add(cRecvPackets, uint64(len(pkts)))
+	if rx.d.capture != nil {
+		rx.d.capture.received(rx.d.link.LocalAddr(), pkts)
+	}
 	for i := range pkts {
 		rx.handle(&pkts[i])
 	}

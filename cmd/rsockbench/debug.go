@@ -1,0 +1,43 @@
+package main
+
+import (
+	"errors"
+	"expvar"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/rsock-go/rsock/netconn/metrics"
+)
+
+// debugPrefix starts the line a server prints once its debug endpoint
+// listens.
+const debugPrefix = "rsockbench server: debug on "
+
+// serveDebug serves /debug/vars (expvar, with netconn's snapshot under
+// "rsock") and /metrics (Prometheus' text format) on addr, and announces
+// the address on w. The returned function stops it.
+func serveDebug(addr string, w io.Writer) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/debug/vars", expvar.Handler())
+	mux.Handle("/metrics", metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintf(w, "rsockbench server: debug endpoint: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(w, "%s%s\n", debugPrefix, ln.Addr())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
+}

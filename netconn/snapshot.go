@@ -1,0 +1,202 @@
+package netconn
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce"
+)
+
+// State is the process-wide state of rsock: every device with its
+// counters and conns, the conns on TCP, and the fallbacks so far. It is
+// what expvar publishes under "rsock".
+type State struct {
+	// Devices are the RDMA devices open now, by name.
+	Devices []DeviceState `json:"devices"`
+	// TCPConns are the open conns on TCP: fallbacks (with a reason) and
+	// plain clients of a listener or plain dialers (without).
+	TCPConns []ConnStats `json:"tcp_conns"`
+	// RegisteredBytes is the memory registered on all devices.
+	RegisteredBytes uint64 `json:"registered_bytes"`
+	// Fallbacks counts the conns since the start of the process that tried
+	// RDMA and went to TCP, by kind (see FallbackKinds).
+	Fallbacks map[string]uint64 `json:"fallbacks"`
+	// PendingHandshakes is the number of listeners' rsock handshakes in
+	// progress.
+	PendingHandshakes int64 `json:"pending_handshakes"`
+	// HandshakeFailures counts handshakes that ended without a conn;
+	// ConnErrors conns whose reads or writes failed (other than by EOF, a
+	// deadline or Close).
+	HandshakeFailures uint64 `json:"handshake_failures"`
+	ConnErrors        uint64 `json:"conn_errors"`
+	// Capture counts the packets of the RSOCK_PCAP file, if any.
+	Capture softroce.CaptureStats `json:"capture"`
+}
+
+// DeviceState is one device in a State.
+type DeviceState struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	Link     string `json:"link"`
+	// Counters are the device's statistics (verbs.Device.Counters).
+	Counters verbs.Counters `json:"counters"`
+	// RegisteredBytes is the memory registered on the device.
+	RegisteredBytes uint64 `json:"registered_bytes"`
+	// Conns are the open conns on the device.
+	Conns []ConnStats `json:"conns"`
+}
+
+// Fallback kinds: why a conn is on TCP, as a small fixed set for counting
+// and for metric labels (the reason itself is free text).
+const (
+	FallbackPlainServer = "plain_server"  // the server is not an rsock listener (now, or remembered)
+	FallbackDeclined    = "declined"      // the listener declined RDMA
+	FallbackBusy        = "busy"          // the listener had too many handshakes in progress
+	FallbackRDMAOff     = "rdma_off"      // the listener has RDMA turned off
+	FallbackDialer      = "dialer_failed" // the dialer could not connect its queue pair
+	FallbackSetup       = "setup"         // no device, no route for RoCEv2, an incompatible link, a failed queue pair
+)
+
+// FallbackKinds lists the kinds of State.Fallbacks.
+var FallbackKinds = []string{FallbackPlainServer, FallbackDeclined, FallbackBusy, FallbackRDMAOff, FallbackDialer, FallbackSetup}
+
+var (
+	fallbackCounts    [6]atomic.Uint64 // by index in FallbackKinds
+	pendingHandshakes atomic.Int64
+	handshakeFailures atomic.Uint64
+	connErrors        atomic.Uint64
+)
+
+// conns are the open conns of the process. A conn enters when made and
+// leaves when closed.
+var conns = struct {
+	sync.Mutex
+	m map[*Conn]struct{}
+}{m: make(map[*Conn]struct{})}
+
+func register(c *Conn) *Conn {
+	conns.Lock()
+	conns.m[c] = struct{}{}
+	conns.Unlock()
+	return c
+}
+
+func unregister(c *Conn) {
+	conns.Lock()
+	delete(conns.m, c)
+	conns.Unlock()
+}
+
+// fallbackKind sorts a fallback reason into a kind, an index in
+// FallbackKinds.
+func fallbackKind(reason string) int {
+	switch {
+	case strings.HasPrefix(reason, "the address answered like a plain TCP server"),
+		strings.HasPrefix(reason, "the server did not complete the rsock handshake"):
+		return 0
+	case strings.HasPrefix(reason, "listener busy"),
+		strings.HasPrefix(reason, "declined by the listener: listener busy"):
+		return 2
+	case strings.HasPrefix(reason, "RDMA is turned off"),
+		strings.HasPrefix(reason, "declined by the listener: RDMA is turned off"):
+		return 3
+	case strings.HasPrefix(reason, "declined by the listener"):
+		return 1
+	case strings.HasPrefix(reason, "the dialer could not connect"):
+		return 4
+	}
+	return 5
+}
+
+// noteEstablished counts and logs a conn handed to the user, by Dial or
+// Accept, if it fell back to TCP.
+func noteEstablished(c *Conn, side string) {
+	if c.stream != nil || c.reason == "" {
+		return
+	}
+	k := fallbackKind(c.reason)
+	fallbackCounts[k].Add(1)
+	logFallback(c, side, FallbackKinds[k])
+}
+
+// Snapshot returns the process-wide state of rsock. It allocates, and
+// is meant for monitoring (a few times a second at most); Conn.Stats is
+// the cheap per-conn call.
+func Snapshot() State {
+	// Devices of the registry (also idle ones waiting to close), then the
+	// conns, whose private (memif) devices are not in the registry.
+	registry.Lock()
+	var devs []*sharedDevice
+	for _, ds := range registry.devs {
+		devs = append(devs, ds...)
+	}
+	registry.Unlock()
+	conns.Lock()
+	cs := make([]*Conn, 0, len(conns.m))
+	for c := range conns.m {
+		cs = append(cs, c)
+	}
+	conns.Unlock()
+
+	snap := State{
+		Fallbacks:         make(map[string]uint64, len(FallbackKinds)),
+		PendingHandshakes: pendingHandshakes.Load(),
+		HandshakeFailures: handshakeFailures.Load(),
+		ConnErrors:        connErrors.Load(),
+		Capture:           captureStats(),
+		TCPConns:          []ConnStats{},
+	}
+	for i, k := range FallbackKinds {
+		snap.Fallbacks[k] = fallbackCounts[i].Load()
+	}
+	byDev := make(map[*sharedDevice][]ConnStats)
+	for _, c := range cs {
+		st := c.Stats()
+		if c.dev == nil {
+			snap.TCPConns = append(snap.TCPConns, st)
+			continue
+		}
+		if _, ok := byDev[c.dev]; !ok && !slices.Contains(devs, c.dev) {
+			devs = append(devs, c.dev)
+		}
+		byDev[c.dev] = append(byDev[c.dev], st)
+	}
+	for _, d := range devs {
+		ds := DeviceState{
+			Name:     d.dev.Name(),
+			Provider: d.dev.Provider(),
+			Link:     d.dev.Link(),
+			Counters: d.dev.Counters(),
+			Conns:    byDev[d],
+		}
+		if ds.Conns == nil {
+			ds.Conns = []ConnStats{}
+		}
+		if r, ok := d.dev.(verbs.RegisteredBytes); ok {
+			ds.RegisteredBytes = r.RegisteredBytes()
+		}
+		snap.RegisteredBytes += ds.RegisteredBytes
+		sortConns(ds.Conns)
+		snap.Devices = append(snap.Devices, ds)
+	}
+	if snap.Devices == nil {
+		snap.Devices = []DeviceState{}
+	}
+	slices.SortFunc(snap.Devices, func(a, b DeviceState) int { return cmp.Compare(a.Name, b.Name) })
+	sortConns(snap.TCPConns)
+	return snap
+}
+
+// sortConns orders conns by local, then remote address.
+func sortConns(cs []ConnStats) {
+	slices.SortFunc(cs, func(a, b ConnStats) int {
+		if c := a.Local.Compare(b.Local); c != 0 {
+			return c
+		}
+		return a.Remote.Compare(b.Remote)
+	})
+}

@@ -1,0 +1,101 @@
+package netconn
+
+import (
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+)
+
+// ConnStats describes a connection for monitoring, as one line of `ss -ti`
+// would. It is a value: Stats fills it without allocating.
+type ConnStats struct {
+	// Transport is "rdma/<provider>/<link>" or "tcp".
+	Transport string `json:"transport"`
+	// FallbackReason says why a conn that tried RDMA is on TCP (or on a
+	// link other than the one it tried): see Conn.FallbackReason.
+	FallbackReason string `json:"fallback_reason,omitempty"`
+	// Local and Remote are the TCP addresses of the conn.
+	Local  netip.AddrPort `json:"local"`
+	Remote netip.AddrPort `json:"remote"`
+	// BytesRead and BytesWritten are what Read returned and Write accepted.
+	BytesRead    uint64 `json:"bytes_read"`
+	BytesWritten uint64 `json:"bytes_written"`
+
+	// The rest describes an RDMA conn; it is zero on TCP.
+
+	// Device is the name of the device that carries the conn.
+	Device string `json:"device,omitempty"`
+	// QPN and DestQPN are the local and the peer's queue pair numbers.
+	QPN     uint32 `json:"qpn,omitempty"`
+	DestQPN uint32 `json:"dest_qpn,omitempty"`
+	// PathMTU is the queue pair's path MTU in bytes.
+	PathMTU int `json:"path_mtu,omitempty"`
+	// SRTT and RTTVar estimate the round trip of the queue pair's
+	// requests (RFC 6298); zero before the first sample.
+	SRTT   time.Duration `json:"srtt_ns,omitempty"`
+	RTTVar time.Duration `json:"rttvar_ns,omitempty"`
+	// Cwnd is the send window and Inflight the packets sent and not yet
+	// acknowledged.
+	Cwnd     int `json:"cwnd,omitempty"`
+	Inflight int `json:"inflight,omitempty"`
+	// Retransmits are request packets sent again; Timeouts local ACK
+	// timeouts.
+	Retransmits uint64 `json:"retransmits,omitempty"`
+	Timeouts    uint64 `json:"timeouts,omitempty"`
+	// SeqNAKsSent and SeqNAKsRecv are PSN sequence NAKs sent to and
+	// received from the peer; RNRNAKsSent and RNRNAKsRecv receiver-not-
+	// ready NAKs.
+	SeqNAKsSent uint64 `json:"seq_naks_sent,omitempty"`
+	SeqNAKsRecv uint64 `json:"seq_naks_recv,omitempty"`
+	RNRNAKsSent uint64 `json:"rnr_naks_sent,omitempty"`
+	RNRNAKsRecv uint64 `json:"rnr_naks_recv,omitempty"`
+	// CreditStalls counts writers' waits for the peer's credits (its ring
+	// or receive requests); SendRingStalls waits for the local send ring.
+	CreditStalls   uint64 `json:"credit_stalls,omitempty"`
+	SendRingStalls uint64 `json:"send_ring_stalls,omitempty"`
+}
+
+// connObs is what a Conn keeps for Stats and logging.
+type connObs struct {
+	read, written atomic.Uint64 // bytes, on the TCP path (a stream counts its own)
+	errLogged     atomic.Bool   // a connection error was logged
+}
+
+// Stats returns the connection's statistics: bytes each way, and on RDMA
+// the queue pair's state and counters, read from atomics and under the
+// stream's and the queue pair's own locks. It does not allocate and may
+// be called at any time, also after Close.
+func (c *Conn) Stats() ConnStats {
+	st := ConnStats{
+		Transport:      c.transport,
+		FallbackReason: c.reason,
+		Local:          addrPort(c.tcp.LocalAddr()),
+		Remote:         addrPort(c.tcp.RemoteAddr()),
+	}
+	if c.stream == nil {
+		st.BytesRead = c.obs.read.Load()
+		st.BytesWritten = c.obs.written.Load()
+		return st
+	}
+	s := c.stream.Stats()
+	st.BytesRead, st.BytesWritten = s.BytesRead, s.BytesWritten
+	st.Device = c.dev.dev.Name()
+	q := &s.QP
+	st.QPN, st.DestQPN, st.PathMTU = q.QPN, q.DestQPN, q.PathMTU
+	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
+	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
+	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
+	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
+	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv
+	st.CreditStalls, st.SendRingStalls = s.CreditStalls, s.SendRingStalls
+	return st
+}
+
+// addrPort is a TCP address as a netip.AddrPort, or the zero value.
+func addrPort(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort()
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,33 @@
+package verbs
+
+import "time"
+
+// QPStats describes a connected queue pair for monitoring, as `rdma
+// statistic qp` and `ss -ti` would: its numbers, path MTU, round-trip
+// estimate, send window and counters.
+type QPStats struct {
+	QPN     uint32 // the local queue pair number
+	DestQPN uint32 // the peer's queue pair number
+	PathMTU int    // path MTU in bytes, 0 before RTR
+	// SRTT and RTTVar are the smoothed round-trip time and its variation
+	// (RFC 6298) from acknowledged request packets; zero before the first
+	// sample.
+	SRTT, RTTVar time.Duration
+	Cwnd         int // send window, in packets
+	Inflight     int // request packets sent and not yet acknowledged
+	// Counters are the queue pair's own statistics (the device's are the
+	// sum over its queue pairs and what no queue pair claimed).
+	Counters Counters
+}
+
+// StatsQP is implemented by queue pairs that report QPStats. Stats reads
+// under the queue pair's own lock and does not allocate.
+type StatsQP interface {
+	Stats() QPStats
+}
+
+// RegisteredBytes is implemented by devices that can say how many bytes
+// of memory are registered on them now (the sum of their MRs' lengths).
+type RegisteredBytes interface {
+	RegisteredBytes() uint64
+}

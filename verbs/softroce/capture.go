@@ -1,0 +1,278 @@
+package softroce
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/pcap"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Capture writes the packets of devices as a pcap file, each wrapped in
+// the Ethernet, IP and UDP headers it had (or would have had) on the
+// wire, with its ICRC, so that Wireshark and tshark decode it as RoCEv2.
+// Hardware RDMA traffic is invisible to tcpdump; soft-RoCE's need not be.
+//
+// A UDP socket does not tell the IPv4 ID its kernel gave a datagram, and
+// the ICRC covers it: the capture writes the ID for which the packet's
+// ICRC verifies (0, or the packet's index in a GSO run), so that every
+// ICRC in the file checks. The MAC addresses are made up (02:00 and the
+// IPv4 address, or the low bytes of the IPv6 address).
+//
+// It stops writing once the file would pass its size bound, and counts
+// what it left out. A device with no Capture (Config.Capture nil) pays one
+// nil check per batch.
+type Capture struct {
+	mu      sync.Mutex
+	bw      *bufio.Writer
+	pw      *pcap.Writer
+	closer  io.Closer
+	limit   int64 // bytes the file may hold
+	size    int64 // bytes written
+	err     error // the first write error; writing stopped
+	frame   []byte
+	written atomic.Uint64
+	skipped atomic.Uint64
+	noID    atomic.Uint64
+	// idDeltas are the ICRC differences by IPv4 ID, by packet length.
+	idDeltas map[int]*[maxGSOID]uint32
+}
+
+// captureSnapLen covers the largest frame: Ethernet, IPv6, UDP, RoCE
+// headers, a 4096-byte payload and the ICRC.
+const captureSnapLen = wire.EthernetLen + 40 + 8 + maxPacketLen
+
+// NewCapture writes a capture to w, at most limit bytes (file header
+// included; limit ≤ 0 means no bound).
+func NewCapture(w io.Writer, limit int64) (*Capture, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	pw, err := pcap.NewWriter(bw, pcap.LinkTypeEthernet, captureSnapLen)
+	if err != nil {
+		return nil, err
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 1<<63 - 1
+	}
+	return &Capture{bw: bw, pw: pw, limit: limit, size: pcap.FileHeaderLen, frame: make([]byte, captureSnapLen)}, nil
+}
+
+// CreateCapture creates (or truncates) the file path and writes a capture
+// to it, at most limit bytes. Close closes the file.
+func CreateCapture(path string, limit int64) (*Capture, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("softroce: capture: %w", err)
+	}
+	c, err := NewCapture(f, limit)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("softroce: capture %s: %w", path, err)
+	}
+	c.closer = f
+	return c, nil
+}
+
+// CaptureStats counts what a Capture did with packets.
+type CaptureStats struct {
+	// Written packets are in the file.
+	Written uint64
+	// Skipped packets were left out: the size bound was reached, or a
+	// write failed.
+	Skipped uint64
+	// NoID packets are received IPv4 packets whose ICRC verified with no
+	// IPv4 ID tried (a corrupted packet, or a peer's ID beyond a GSO
+	// run's); they are written with ID 0 and the ICRC they came with.
+	NoID uint64
+}
+
+// Stats returns the capture's counts.
+func (c *Capture) Stats() CaptureStats {
+	return CaptureStats{Written: c.written.Load(), Skipped: c.skipped.Load(), NoID: c.noID.Load()}
+}
+
+// Close flushes the capture and closes its file, if CreateCapture opened
+// it. Devices that still use it write nothing more.
+func (c *Capture) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.bw.Flush()
+	if c.err == nil {
+		c.err = io.ErrClosedPipe
+	}
+	if c.closer != nil {
+		if cerr := c.closer.Close(); err == nil {
+			err = cerr
+		}
+		c.closer = nil
+	}
+	return err
+}
+
+// sent captures packets a device at local handed to its link. The udp
+// link appends each ICRC in place, in Buf[N:N+4], computed for the IPv4 ID
+// the kernel gives the datagram; links that frame packets themselves
+// (pipe, memif) compute it with ID 0 and leave Buf alone, so the capture
+// computes that one when the bytes there do not verify.
+func (c *Capture) sent(l link.Link, pkts []link.Packet) {
+	local := l.LocalAddr()
+	// Only the udp link's ICRCs are worth searching IDs for: the others'
+	// bytes after N are not an ICRC, and 64 tries per packet would slow
+	// the sender down.
+	mode := txComputed
+	if l.Name() == "udp" {
+		mode = txInPlace
+	}
+	c.batch(pkts, mode, func(p *link.Packet) (src, dst netip.AddrPort) { return local, p.Addr })
+}
+
+// received captures packets a device at local received, with the ICRC
+// that came with them (after Buf[:N]), good or bad.
+func (c *Capture) received(local netip.AddrPort, pkts []link.Packet) {
+	c.batch(pkts, rxICRC, func(p *link.Packet) (src, dst netip.AddrPort) { return p.Addr, local })
+}
+
+// icrcMode says where a packet's ICRC is.
+type icrcMode int
+
+const (
+	rxICRC     icrcMode = iota // received after Buf[:N]: keep it, find its IPv4 ID
+	txInPlace                  // appended by the link (udp), for the ID of its GSO run
+	txComputed                 // not in Buf: the link computes it for IPv4 ID 0
+)
+
+func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packet) (src, dst netip.AddrPort)) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range pkts {
+		p := &pkts[i]
+		if c.err != nil || p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) {
+			c.skipped.Add(1)
+			continue
+		}
+		src, dst := ends(p)
+		n := c.encode(src, dst, p.Buf[:p.N+wire.ICRCLen], mode)
+		if n == 0 || c.size+int64(c.pw.RecordLen(n)) > c.limit {
+			c.skipped.Add(1)
+			continue
+		}
+		if err := c.pw.WritePacket(now, c.frame[:n]); err != nil {
+			c.err = err
+			c.skipped.Add(1)
+			continue
+		}
+		c.size += int64(c.pw.RecordLen(n))
+		c.written.Add(1)
+	}
+	if err := c.bw.Flush(); err != nil && c.err == nil {
+		c.err = err
+	}
+}
+
+// encode builds the frame of pkt (BTH through ICRC) from src to dst into
+// c.frame and returns its length, or 0 if it does not fit; mode says where
+// its ICRC is.
+func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int {
+	v4 := src.Addr().Unmap().Is4()
+	ipLen := wire.IPv6Len
+	etherType := uint16(wire.EtherTypeIPv6)
+	if v4 {
+		ipLen, etherType = wire.IPv4MinLen, wire.EtherTypeIPv4
+	}
+	hdr := wire.EthernetLen + ipLen + wire.UDPLen
+	if hdr+len(pkt) > len(c.frame) || !dst.Addr().IsValid() || dst.Addr().Unmap().Is4() != v4 {
+		return 0
+	}
+	f := c.frame[:hdr+len(pkt)]
+	wire.Ethernet(f).Encode(macOf(dst.Addr()), macOf(src.Addr()), etherType)
+	udpLen := wire.UDPLen + len(pkt)
+	ip := f[wire.EthernetLen:]
+	copy(f[hdr:], pkt)
+	body, icrc := f[hdr:len(f)-wire.ICRCLen], f[len(f)-wire.ICRCLen:]
+	if v4 {
+		id, ok := uint16(0), false
+		if mode != txComputed {
+			id, ok = c.ipv4ID(src, dst, pkt)
+		}
+		if !ok && mode != rxICRC {
+			ph := wire.PseudoHeader{Src: src, Dst: dst}
+			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
+		} else if !ok {
+			c.noID.Add(1)
+		}
+		wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(wire.IPv4MinLen + udpLen), ID: id, Flags: wire.IPv4DontFragment,
+			TTL: 64, Protocol: wire.IPProtoUDP, Src: src.Addr(), Dst: dst.Addr()})
+	} else {
+		wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP, HopLimit: 64,
+			Src: src.Addr(), Dst: dst.Addr()})
+		if mode == txComputed {
+			ph := wire.PseudoHeader{Src: src, Dst: dst}
+			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
+		}
+	}
+	u := wire.UDP(f[wire.EthernetLen+ipLen:])
+	u.Encode(src.Port(), dst.Port(), uint16(udpLen), 0)
+	u.SetChecksum(u.CalculateChecksum(src.Addr(), dst.Addr()))
+	return len(f)
+}
+
+// maxGSOID bounds the IPv4 IDs tried: a GSO run has at most 64 packets.
+const maxGSOID = 64
+
+// ipv4ID finds the IPv4 ID below maxGSOID for which the ICRC at the end
+// of pkt verifies. The CRC is affine: the ICRCs of one packet under two
+// IDs differ by a value that depends only on the IDs and the packet's
+// length, so one ICRC computation and a table per length (built once)
+// find the ID. The caller holds c.mu.
+func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
+	n := len(pkt) - wire.ICRCLen
+	ph := wire.PseudoHeader{Src: src, Dst: dst}
+	diff := wire.ComputeICRC(&ph, pkt[:n]) ^ wire.ICRCOf(pkt[n:])
+	if diff == 0 {
+		return 0, true
+	}
+	t := c.idDeltas[n]
+	if t == nil {
+		t = idDeltas(src, dst, n)
+		if c.idDeltas == nil {
+			c.idDeltas = make(map[int]*[maxGSOID]uint32)
+		}
+		c.idDeltas[n] = t
+	}
+	for id, d := range t {
+		if d == diff {
+			return uint16(id), true
+		}
+	}
+	return 0, false
+}
+
+// idDeltas returns, for an IPv4 RoCEv2 packet of n bytes (BTH through
+// pad), ICRC(ID id) XOR ICRC(ID 0) for each id below maxGSOID.
+func idDeltas(src, dst netip.AddrPort, n int) *[maxGSOID]uint32 {
+	zeros := make([]byte, n)
+	ph := wire.PseudoHeader{Src: src, Dst: dst}
+	base := wire.ComputeICRC(&ph, zeros)
+	var t [maxGSOID]uint32
+	for id := 1; id < maxGSOID; id++ {
+		ph.IPID = uint16(id)
+		t[id] = wire.ComputeICRC(&ph, zeros) ^ base
+	}
+	return &t
+}
+
+// macOf makes up a locally administered MAC address for ip.
+func macOf(ip netip.Addr) wire.MAC {
+	b := ip.As16()
+	return wire.MAC{0x02, 0x00, b[12], b[13], b[14], b[15]}
+}
