@@ -2,6 +2,8 @@ package netpath
 
 import (
 	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,4 +118,49 @@ func startUntil(t *testing.T, lab *netlab.Lab, bin string, opts netlab.ExchangeO
 		t.Fatalf("the exchange ended before the outage began: %+v", ev.Result)
 	}
 	return lp, dp, ev
+}
+
+// TestPathDeleted: A's veth is deleted mid-exchange, as when a peer's
+// network namespace is torn down (`ip netns del` alone does not do it
+// while the namespace's processes live: their sockets hold it) or a host
+// is unplugged. Nothing tells either end: no RST, no memif socket closing.
+// Both processes must end the exchange with an error that wraps
+// ECONNRESET once their retries run out (about 50 s of silence, the
+// documented bound for a vanished path), and exit: no hang, no stuck
+// Close.
+func TestPathDeleted(t *testing.T) {
+	skipUnlessLab(t)
+	bin, _ := build(t)
+	lab := newLab(t, netlab.Config{MTU: 1500})
+	const (
+		n         = 64 << 20
+		rate      = 8 << 20
+		threshold = 2 << 20
+	)
+	lp, dp, ev := startUntil(t, lab, bin, netlab.ExchangeOptions{Bytes: n, Rate: rate, ProgressEvery: 1 << 20, Seed: 500, Stall: 3 * time.Minute}, threshold)
+	if out, err := lab.A.Run("ip", "link", "del", lab.A.Dev); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	start := time.Now()
+	t.Logf("veth deleted at %d bytes received by A", ev.Received)
+	for i, p := range []*netlab.Proc{lp, dp} {
+		side := []string{"listener (B)", "dialer (A)"}[i]
+		ev, err := netlab.WaitEvent(p, 3*time.Minute, netlab.IsEvent(netlab.EventResult))
+		if err != nil {
+			t.Fatalf("%s: %v", side, err)
+		}
+		r := ev.Result
+		t.Logf("%s: error after %.1fs: %s (sent %d, received %d)", side, time.Since(start).Seconds(), r.Error, r.Sent, r.Received)
+		if !strings.HasPrefix(r.Transport, "rdma/") {
+			t.Errorf("%s ran on %q, not RDMA", side, r.Transport)
+		}
+		if r.Error == "" || r.Received >= n {
+			t.Errorf("%s completed (received %d) over a deleted path", side, r.Received)
+		} else if !strings.Contains(r.Error, syscall.ECONNRESET.Error()) {
+			t.Errorf("%s: error %q does not wrap ECONNRESET", side, r.Error)
+		}
+		if r.MismatchAt >= 0 {
+			t.Errorf("%s: received stream differs from the peer's pattern at offset %d", side, r.MismatchAt)
+		}
+	}
 }
