@@ -9,8 +9,7 @@
 # back to back, to rsockbench server -verify; the columns are both
 # goodputs (GB/s, 10^9 bytes per second, every byte verified), their
 # ratio, rsock's retransmissions, sequence NAKs sent and received and ACK
-# timeouts and loss probes (client and server summed), and the frames the
-# rules dropped.
+# timeouts (client and server summed), and the frames the rules dropped.
 #
 # Settings (environment):
 #   MTUS=9000,1500  LOSS=0,0.1,1,5,20 (percent)  DIRECTIONS=one,both

@@ -119,10 +119,6 @@ type Counters struct {
 	// were dropped unplaced (all of them with go-back-N; with selective
 	// repeat those past its window, and those it cannot place early).
 	OutOfSequence uint64
-	// LossProbes counts loss probes (selective repeat): a packet sent
-	// again after a short silence, to learn what was lost without a
-	// timeout.
-	LossProbes uint64
 }
 
 // Add adds o's counts to c.
@@ -149,7 +145,6 @@ func (c *Counters) Add(o Counters) {
 	c.OutOfOrder += o.OutOfOrder
 	c.UnexpectedResponses += o.UnexpectedResponses
 	c.OutOfSequence += o.OutOfSequence
-	c.LossProbes += o.LossProbes
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

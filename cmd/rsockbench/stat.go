@@ -158,9 +158,9 @@ func counterFields(c verbs.Counters) string {
 	return fmt.Sprintf("sent_pkts %d rcvd_pkts %d retransmits %d timeouts %d out_of_seq_request %d rcvd_seq_err %d "+
 		"send_rnr_err %d rcvd_rnr_err %d icrc_errors %d icrc_unverified %d duplicate_request %d access_errors %d "+
 		"malformed %d unknown_qp %d wrong_peer %d retry_exceeded_err %d retry_rnr_exceeded_err %d completion_queue_overrun %d "+
-		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d loss_probes %d",
+		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d",
 		c.SentPackets, c.RecvPackets, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.ICRCErrors, c.ICRCUnverified, c.Duplicates, c.AccessErrors,
 		c.Malformed, c.UnknownQP, c.WrongPeer, c.RetryExceeded, c.RNRRetryExceeded, c.CQOverruns,
-		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence, c.LossProbes)
+		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence)
 }

@@ -376,14 +376,14 @@ func lastLine(s string) string {
 
 // WriteGoodputTable writes rows as a markdown table: per row TCP and rsock
 // goodput (GB/s, 10⁹ bytes per second, verified), their ratio, rsock's
-// retransmissions, sequence NAKs sent and received, ACK timeouts and loss
-// probes (client and server summed), and the frames the loss rules dropped at
+// retransmissions, sequence NAKs sent and received, and ACK timeouts
+// (client and server summed), and the frames the loss rules dropped at
 // each end over both runs of the row. A run that did not complete shows
 // why instead of a rate.
 func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "| MTU | loss | direction | TCP GB/s | rsock GB/s | rsock/TCP | rsock retransmits | NAKs sent/recv | timeouts | loss probes | frames dropped at A, B |")
-	fmt.Fprintln(bw, "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(bw, "| MTU | loss | direction | TCP GB/s | rsock GB/s | rsock/TCP | rsock retransmits | NAKs sent/recv | timeouts | frames dropped at A, B |")
+	fmt.Fprintln(bw, "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var notes []string
 	for _, r := range rows {
 		c := r.Counters
@@ -406,10 +406,10 @@ func WriteGoodputTable(w io.Writer, rows []GoodputRow) error {
 				notes = append(notes, fmt.Sprintf("%v %s: warning: %s", r.Case, run.name, run.r.Warning))
 			}
 		}
-		fmt.Fprintf(bw, "| %d | %s | %s%s | %s | %s | %s | %d | %d/%d | %d | %d | %d, %d |\n",
+		fmt.Fprintf(bw, "| %d | %s | %s%s | %s | %s | %s | %d | %d/%d | %d | %d, %d |\n",
 			r.Case.MTU, FormatLoss(r.Case.LossPerMille), r.Case.direction(), family,
 			cell(&r.TCP, &notes, r.Case, "tcp"), cell(&r.Rsock, &notes, r.Case, "rsock"), ratio,
-			c.Retransmits, c.SeqNAKsSent, c.SeqNAKsRecv, c.Timeouts, c.LossProbes, r.Dropped[0], r.Dropped[1])
+			c.Retransmits, c.SeqNAKsSent, c.SeqNAKsRecv, c.Timeouts, r.Dropped[0], r.Dropped[1])
 		if r.Err != "" {
 			notes = append(notes, fmt.Sprintf("%v: %s", r.Case, r.Err))
 		}

@@ -39,7 +39,7 @@ func TestWriteGoodputTable(t *testing.T) {
 		{Case: GoodputCase{MTU: 9000, LossPerMille: 10},
 			TCP:      TransportRun{ConnTransport: "tcp", GBps: 0.5, Bytes: 100, VerifiedBytes: 100},
 			Rsock:    TransportRun{ConnTransport: "rdma/softroce/udp", GBps: 0.25, Bytes: 100, VerifiedBytes: 100},
-			Counters: verbs.Counters{Retransmits: 12, SeqNAKsSent: 4, SeqNAKsRecv: 3, Timeouts: 1, LossProbes: 5}, Dropped: [2]uint64{0, 9}},
+			Counters: verbs.Counters{Retransmits: 12, SeqNAKsSent: 4, SeqNAKsRecv: 3, Timeouts: 1}, Dropped: [2]uint64{0, 9}},
 		{Case: GoodputCase{MTU: 1500, LossPerMille: 200, BothWays: true, IPv6: true},
 			TCP:   TransportRun{ConnTransport: "tcp", GBps: 0.001234, Bytes: 100, VerifiedBytes: 100},
 			Rsock: TransportRun{TimedOut: true, Err: "timed out after 2m0s"}},
@@ -51,7 +51,7 @@ func TestWriteGoodputTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"| 9000 | 1% | one-way | 0.500 | 0.250 | 0.50x | 12 | 4/3 | 1 | 5 | 0, 9 |",
+		"| 9000 | 1% | one-way | 0.500 | 0.250 | 0.50x | 12 | 4/3 | 1 | 0, 9 |",
 		"| 1500 | 20% | both-ways (IPv6) | 0.00123 | timeout | — |",
 		"| 1500 | 5% | one-way | — | — | — |",
 		"- mtu1500/loss20%/both-ways/ipv6 rsock: timed out after 2m0s",

@@ -56,7 +56,6 @@ var deviceCounters = []struct {
 	{"rsock_device_out_of_order_total", "Request packets placed ahead of a gap (selective repeat).", func(c *verbs.Counters) uint64 { return c.OutOfOrder }},
 	{"rsock_device_unexpected_responses_total", "Responses dropped unread.", func(c *verbs.Counters) uint64 { return c.UnexpectedResponses }},
 	{"rsock_device_out_of_sequence_total", "Request packets ahead of the expected PSN dropped unplaced.", func(c *verbs.Counters) uint64 { return c.OutOfSequence }},
-	{"rsock_device_loss_probes_total", "Packets sent again as loss probes after a silence (selective repeat).", func(c *verbs.Counters) uint64 { return c.LossProbes }},
 }
 
 // Write writes st in the text format.

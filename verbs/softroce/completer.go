@@ -24,10 +24,6 @@ type completerState struct {
 
 	backoff  uint8 // selective repeat: timeouts since the last progress
 	rtoArmed int64 // selective repeat: the timeout last armed (ns)
-	// probing says the armed deadline is a loss probe's (selective
-	// repeat); probes counts the probes sent since the last progress.
-	probing bool
-	probes  uint8
 
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to
@@ -174,7 +170,6 @@ func (q *QP) progress() {
 	q.comp.retryLeft = q.attr.RetryCnt
 	q.comp.rnrLeft = q.attr.RNRRetry
 	q.comp.backoff = 0
-	q.comp.probes = 0
 	q.comp.rewound = false
 	q.armAckTimerNow()
 }

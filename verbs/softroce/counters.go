@@ -32,7 +32,6 @@ const (
 	cOutOfOrder
 	cUnexpectedResponses
 	cOutOfSequence
-	cLossProbes
 	numCounters
 )
 
@@ -66,6 +65,5 @@ func (c *counters) snapshot() verbs.Counters {
 
 		UnexpectedResponses: c[cUnexpectedResponses].Load(),
 		OutOfSequence:       c[cOutOfSequence].Load(),
-		LossProbes:          c[cLossProbes].Load(),
 	}
 }

@@ -84,42 +84,6 @@ func (q *QP) repair() {
 	}
 }
 
-// probe sends a loss probe after a selective-repeat QP heard nothing for
-// a probe timeout: the oldest PSN not known to have arrived, sent again.
-// Its answer, or its own arrival, tells what is lost: often the resend of
-// that very PSN (which nothing sent after it could show lost), or the
-// last packets of a burst. Unlike a timeout, a probe leaves the window
-// and the other PSNs alone. It reports false when there is nothing to
-// probe with (nothing outstanding, or the oldest request is a READ or
-// atomic); the caller handles a timeout then. The caller holds q.mu.
-func (q *QP) probe() bool {
-	sb := q.comp.sb
-	if sb == nil || q.attr.State != verbs.QPSRTS || q.req.rnrWait || q.inflight() == 0 {
-		return false
-	}
-	acked := q.comp.ackedPSN
-	for i := q.sqHead; i != q.sqTail; i++ {
-		w := &q.sq[i%uint32(len(q.sq))]
-		if !w.started || w.isRdAtomic() {
-			return false
-		}
-		for k := uint32(0); k < w.npkts; k++ {
-			psn := psnAdd(w.firstPSN, k)
-			if psnDiff(psn, acked) <= 0 || sb.isSacked(psn) {
-				continue
-			}
-			if psnDiff(psn, q.req.nextPSN) >= 0 {
-				return false
-			}
-			q.count(cLossProbes, 1)
-			q.resend(i, w, psn)
-			q.transmit()
-			return true
-		}
-	}
-	return false
-}
-
 // resend builds PSN psn of data request w (at index idx) again.
 func (q *QP) resend(idx uint32, w *sendWQE, psn uint32) {
 	off := uint64(psnDiff(psn, w.firstPSN)) * uint64(q.mtu)

@@ -196,7 +196,13 @@ func (s *scoreboard) noteArrived(psn uint32) {
 	if q := s.seq[i]; later(q, s.rack) {
 		s.rack = q
 	}
-	s.rackAt = max(s.rackAt, s.sentAt[i])
+	if s.at[i] == 0 {
+		// Only a PSN sent once says when the packet that arrived was
+		// sent: a report about a resent one, even a credible one, may
+		// come from its first copy, and taking the resend's time would
+		// declare everything sent between the two copies lost.
+		s.rackAt = max(s.rackAt, s.sentAt[i])
+	}
 }
 
 // sent records a transmission of psn at now; again says it was sent

@@ -193,3 +193,20 @@ func TestScoreboardTimeRule(t *testing.T) {
 		t.Error("the resend of 0, sent 100 µs before PSN 3 arrived, is not lost")
 	}
 }
+
+// TestScoreboardResendTime: an ACK for a resent PSN may come from its
+// first copy (a probe sent while the first copy's ACK was merely slow), so
+// it does not say when the packet that arrived was sent, and does not make
+// what was sent shortly before the resend lost.
+func TestScoreboardResendTime(t *testing.T) {
+	const us = int64(time.Microsecond)
+	s := newScoreboard(64)
+	s.sent(0, 100*us, false)
+	s.sent(1, 1900*us, false)
+	s.sent(0, 2000*us, true) // a probe, 100 µs after PSN 1
+	s.reportAt(2500*us, 200*us)
+	s.acked(psnAdd(0, wire.PSNMask), 0)
+	if s.lost(1) {
+		t.Error("PSN 1 counts as lost after the ACK of the probe's PSN")
+	}
+}

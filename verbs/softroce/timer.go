@@ -50,10 +50,6 @@ func (q *QP) armAckTimer() {
 	if q.comp.sb != nil {
 		t = q.selectiveRTO(t)
 		q.comp.rtoArmed = t
-		q.comp.probing = false
-		if pto := q.probeTimeout() << q.comp.probes; int(q.comp.probes) < maxProbes && pto > 0 && pto < t {
-			t, q.comp.probing = pto, true
-		}
 		q.comp.ackDeadline = nanotime() + t
 		q.armTimer()
 		return
@@ -89,27 +85,6 @@ func (q *QP) selectiveRTO(cfg int64) int64 {
 		t = min(max(rto, minRTO), cfg)
 	}
 	return min(t<<min(q.comp.backoff, 20), cfg<<maxBackoffShift)
-}
-
-// minProbeTimeout is the shortest wait before a loss probe.
-const minProbeTimeout = int64(200 * time.Microsecond)
-
-// maxProbes is how many loss probes may go out, each after twice the
-// previous wait, before a timeout: on a path that loses a fifth of the
-// packets each way, one probe or its answer is lost a third of the time.
-const maxProbes = 2
-
-// probeTimeout is how long a selective-repeat QP waits for any answer
-// before it sends a loss probe (RFC 8985's tail loss probe): two smoothed
-// round trips and the peer's longest ACK delay (taken to be ours, the
-// devices of rsock peers share their configuration), at least
-// minProbeTimeout; 0 before the first round trip is measured.
-func (q *QP) probeTimeout() int64 {
-	srtt := q.comp.rtt.srtt
-	if srtt == 0 {
-		return 0
-	}
-	return max(2*srtt+q.dev.ackDelay, minProbeTimeout)
 }
 
 // armAckTimerNow restarts the local ACK timeout while requests are
@@ -177,15 +152,6 @@ func (q *QP) onTimer() {
 	}
 	if d := q.comp.ackDeadline; d != 0 && now >= d {
 		q.comp.ackDeadline = 0
-		if q.comp.probing {
-			q.comp.probing = false
-			q.comp.probes++
-			if q.probe() {
-				q.armAckTimer()
-				q.armTimer()
-				return
-			}
-		}
 		if q.sqHead != q.sqNext || q.inflight() > 0 {
 			q.count(cTimeouts, 1)
 			if q.comp.sb != nil {

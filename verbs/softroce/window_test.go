@@ -76,3 +76,23 @@ func TestRenoWindow(t *testing.T) {
 		t.Fatalf("after a timeout: cwnd %d, want %d", w.cwnd, minWindow)
 	}
 }
+
+// TestRTTFromSelectiveReport: a packet that arrived past a gap is timed by
+// the selective NAK that reports it; the cumulative ACK that follows the
+// repair of the gap does not time it again (it would measure the repair).
+func TestRTTFromSelectiveReport(t *testing.T) {
+	var r rttEstimator
+	r.sent(10, 1000)
+	r.arrived(9, 1500) // another packet
+	if r.srtt != 0 || !r.timing {
+		t.Fatalf("timed by a report of another packet: srtt %d", r.srtt)
+	}
+	r.arrived(10, 1400)
+	if r.srtt != 400 || r.timing {
+		t.Fatalf("srtt %d, timing %v after the timed packet was reported; want 400, false", r.srtt, r.timing)
+	}
+	r.acked(12, 90000) // the repair's ACK, much later
+	if r.srtt != 400 {
+		t.Errorf("srtt %d after the repair's ACK, want 400 still", r.srtt)
+	}
+}
