@@ -45,10 +45,11 @@ static int rs_errno(void) { return rte_errno; }
 // rs_configure configures one rx and one tx queue of nrxd and ntxd
 // descriptors (adjusted to the driver's limits), with rx interrupts if
 // intr, and starts the port.
-static int rs_setup(uint16_t port, int intr, uint16_t nrxd, uint16_t ntxd, struct rte_mempool *mp) {
+static int rs_setup(uint16_t port, int intr, uint16_t mtu, uint16_t nrxd, uint16_t ntxd, struct rte_mempool *mp) {
 	struct rte_eth_conf conf;
 	memset(&conf, 0, sizeof(conf));
 	conf.intr_conf.rxq = intr ? 1 : 0;
+	conf.rxmode.mtu = mtu;
 	int ret = rte_eth_dev_configure(port, 1, 1, &conf);
 	if (ret < 0)
 		return ret;
@@ -117,6 +118,12 @@ static int rs_mac(uint16_t port, uint8_t *mac) {
 	if (ret == 0)
 		memcpy(mac, a.addr_bytes, 6);
 	return ret;
+}
+
+static int rs_set_mac(uint16_t port, uint8_t *mac) {
+	struct rte_ether_addr a;
+	memcpy(a.addr_bytes, mac, 6);
+	return rte_eth_dev_default_mac_addr_set(port, &a);
 }
 
 static int rs_link_up(uint16_t port) {
@@ -323,13 +330,14 @@ func NewPool(name string, n int, dataRoom int) (*Pool, error) {
 // Free releases the pool; its mbufs must all have been returned.
 func (p *Pool) Free() { C.rte_mempool_free(p.p) }
 
-// Setup configures a port with one rx and one tx queue and starts it.
-func Setup(port uint16, rxIntr bool, nrxd, ntxd int, pool *Pool) error {
+// Setup configures a port with one rx and one tx queue and starts it;
+// mtu 0 means 1500.
+func Setup(port uint16, rxIntr bool, mtu, nrxd, ntxd int, pool *Pool) error {
 	intr := C.int(0)
 	if rxIntr {
 		intr = 1
 	}
-	return errOf("port setup", C.rs_setup(C.uint16_t(port), intr, C.uint16_t(nrxd), C.uint16_t(ntxd), pool.p))
+	return errOf("port setup", C.rs_setup(C.uint16_t(port), intr, C.uint16_t(mtu), C.uint16_t(nrxd), C.uint16_t(ntxd), pool.p))
 }
 
 // Stop stops a port.
@@ -343,6 +351,11 @@ func MAC(port uint16) ([6]byte, error) {
 	var m [6]byte
 	err := errOf("rte_eth_macaddr_get", C.rs_mac(C.uint16_t(port), (*C.uint8_t)(&m[0])))
 	return m, err
+}
+
+// SetMAC sets a port's Ethernet address.
+func SetMAC(port uint16, mac [6]byte) error {
+	return errOf("rte_eth_dev_default_mac_addr_set", C.rs_set_mac(C.uint16_t(port), (*C.uint8_t)(&mac[0])))
 }
 
 // MTU returns a port's MTU.

@@ -44,7 +44,7 @@ func TestRingPairBurst(t *testing.T) {
 		pool.Free()
 	}()
 	for _, p := range []uint16{rp.A, rp.B} {
-		if err := Setup(p, false, 256, 256, pool); err != nil {
+		if err := Setup(p, false, 0, 256, 256, pool); err != nil {
 			t.Fatal(err)
 		}
 	}
