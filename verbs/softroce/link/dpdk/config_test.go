@@ -58,7 +58,7 @@ func TestNextHop(t *testing.T) {
 	gw := netip.MustParseAddr("192.0.2.254")
 	for _, c := range []struct {
 		dst, gw, want string
-		ok          bool
+		ok            bool
 	}{
 		{"192.0.2.7", "", "192.0.2.7", true},
 		{"::ffff:192.0.2.7", "", "192.0.2.7", true},

@@ -344,7 +344,9 @@ func Setup(port uint16, rxIntr bool, mtu, nrxd, ntxd int, pool *Pool) error {
 func Stop(port uint16) error { return errOf("rte_eth_dev_stop", C.rte_eth_dev_stop(C.uint16_t(port))) }
 
 // Close closes a port.
-func Close(port uint16) error { return errOf("rte_eth_dev_close", C.rte_eth_dev_close(C.uint16_t(port))) }
+func Close(port uint16) error {
+	return errOf("rte_eth_dev_close", C.rte_eth_dev_close(C.uint16_t(port)))
+}
 
 // MAC returns a port's Ethernet address.
 func MAC(port uint16) ([6]byte, error) {
