@@ -75,10 +75,10 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 	case ProviderRDMACore:
 		return nil, errNoRDMACore
 	}
-	key := deviceKey{provider, link, ip.Unmap()}
+	key := deviceKey{provider, link, deviceIP(link, ip)}
 	limit := maxDevices()
-	if strings.HasPrefix(link, linkWirePrefix) {
-		limit = 1 // a wire is one memif connection
+	if strings.HasPrefix(link, linkWirePrefix) || registered(link) {
+		limit = 1 // a wire is one memif connection; a registered link one port
 	}
 	for {
 		registry.Lock()
@@ -152,6 +152,9 @@ func (d *sharedDevice) ref() *sharedDevice {
 func openDevice(key deviceKey) (*sharedDevice, error) {
 	if wire, ok := strings.CutPrefix(key.link, linkWirePrefix); ok {
 		return openWireDevice(key, wire)
+	}
+	if registered(key.link) {
+		return openRegisteredDevice(key)
 	}
 	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {

@@ -42,7 +42,7 @@ const (
 	DefaultTxDesc   = 1024
 	DefaultMbufs    = 4095
 	DefaultTxWait   = 100 * time.Millisecond
-	DefaultLinkWait = time.Second
+	DefaultLinkWait = 0
 	// MaxFrameLen is the longest frame received or sent: the mbufs' data
 	// room.
 	MaxFrameLen = 9216
@@ -73,7 +73,8 @@ type Config struct {
 	// TxWait is how long Send retries a full tx queue before dropping.
 	TxWait time.Duration
 	// LinkWait is how long Open waits for the port's link to come up (a
-	// memif peer to connect); the link opens regardless.
+	// memif peer to connect); the link opens regardless. 0 by default:
+	// frames sent while the link is down are lost and retransmitted.
 	LinkWait time.Duration
 	// NoInterrupts makes the receiver back off in sleeps even where the
 	// driver has rx interrupts.
