@@ -12,6 +12,10 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk"
 )
 
+// localMTU is the MTU of the memif pair of "local": jumbo frames, which
+// net_memif carries (RoCE MTU 4096).
+const localMTU = "9000"
+
 // With -tags dpdk, "-link dpdk" is available; "local" joins the two
 // processes with a net_memif pair unless $RSOCK_DPDK_PORT is set: this
 // process (which opens its device first, as it dials) is the memif
@@ -34,7 +38,8 @@ func init() {
 		}
 		os.Setenv(dpdk.EnvPort, port("server"))
 		os.Setenv(dpdk.EnvIP, "10.78.0.2/24")
-		childEnv = append(childEnv, dpdk.EnvPort+"="+port("client"), dpdk.EnvIP+"=10.78.0.1/24")
+		os.Setenv(dpdk.EnvMTU, localMTU)
+		childEnv = append(childEnv, dpdk.EnvPort+"="+port("client"), dpdk.EnvIP+"=10.78.0.1/24", dpdk.EnvMTU+"="+localMTU)
 		return func() { os.RemoveAll(dir) }, nil
 	}
 }

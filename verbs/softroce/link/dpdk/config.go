@@ -43,6 +43,11 @@ const (
 	DefaultMbufs    = 4095
 	DefaultTxWait   = 100 * time.Millisecond
 	DefaultLinkWait = 0
+	// DefaultPoll is how long the receiver keeps polling after the last
+	// frame before it sleeps: longer than a round trip between two
+	// processes on one host, so that a conversation does not wait for a
+	// sleep to end.
+	DefaultPoll = 200 * time.Microsecond
 	// MaxFrameLen is the longest frame received or sent: the mbufs' data
 	// room.
 	MaxFrameLen = 9216
@@ -79,6 +84,9 @@ type Config struct {
 	// NoInterrupts makes the receiver back off in sleeps even where the
 	// driver has rx interrupts.
 	NoInterrupts bool
+	// Poll is how long the receiver keeps polling after the last frame
+	// before it sleeps: DefaultPoll if zero, none if negative.
+	Poll time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -107,6 +115,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if r.TxWait <= 0 {
 		r.TxWait = DefaultTxWait
+	}
+	if r.Poll == 0 {
+		r.Poll = DefaultPoll
 	}
 	if r.LinkWait == 0 {
 		r.LinkWait = DefaultLinkWait
@@ -164,4 +175,19 @@ func nextHop(local netip.Prefix, gw, dst netip.Addr) (netip.Addr, bool) {
 		return dst, true
 	}
 	return gw, gw.IsValid()
+}
+
+// memifBufferArg is the devargs key of net_memif's descriptor buffer size.
+const memifBufferArg = "bsize="
+
+// portDevargs returns the devargs to hot-plug for spec at MTU mtu: a
+// net_memif vdev above 1500 bytes gets descriptor buffers of a whole
+// frame (bsize) unless spec sets them, since DPDK 22.11 loses frames it
+// chains over several descriptors.
+func portDevargs(spec string, mtu int) string {
+	name, args, _ := strings.Cut(spec, ",")
+	if mtu <= 1500 || !strings.HasPrefix(name, "net_memif") || slices.ContainsFunc(strings.Split(args, ","), func(a string) bool { return strings.HasPrefix(a, memifBufferArg) }) {
+		return spec
+	}
+	return spec + "," + memifBufferArg + strconv.Itoa(MaxFrameLen)
 }

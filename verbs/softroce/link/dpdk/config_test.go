@@ -76,3 +76,23 @@ func TestNextHop(t *testing.T) {
 		}
 	}
 }
+
+func TestPortDevargs(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		mtu  int
+		want string
+	}{
+		{"net_memif0,role=client", 9000, "net_memif0,role=client,bsize=9216"},
+		{"net_memif0", 4000, "net_memif0,bsize=9216"},
+		{"net_memif0,role=client", 1500, "net_memif0,role=client"},
+		{"net_memif0,role=client", 0, "net_memif0,role=client"},
+		{"net_memif0,bsize=4096,role=client", 9000, "net_memif0,bsize=4096,role=client"},
+		{"net_af_packet0,iface=veth0", 9000, "net_af_packet0,iface=veth0"},
+		{"", 9000, ""},
+	} {
+		if got := portDevargs(c.spec, c.mtu); got != c.want {
+			t.Errorf("portDevargs(%q, %d) = %q, want %q", c.spec, c.mtu, got, c.want)
+		}
+	}
+}

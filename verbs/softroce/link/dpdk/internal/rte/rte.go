@@ -83,13 +83,16 @@ static uint16_t rs_rx(uint16_t port, uintptr_t *m, uint16_t nfree, uintptr_t *ad
 	return got;
 }
 
-// rs_alloc allocates n mbufs from mp into m, with each one's data address
-// and room; it returns 0 or a negative errno.
-static int rs_alloc(struct rte_mempool *mp, uintptr_t *m, uintptr_t *addr, uint16_t *room, uint16_t n) {
-	int ret = rte_pktmbuf_alloc_bulk(mp, (struct rte_mbuf **)m, n);
+// rs_alloc allocates mbufs from mp into m[from:to], with each one's data
+// address and room; it returns 0 or a negative errno (and allocates
+// none).
+static int rs_alloc(struct rte_mempool *mp, uintptr_t *m, uintptr_t *addr, uint16_t *room, uint16_t from, uint16_t to) {
+	if (to <= from)
+		return 0;
+	int ret = rte_pktmbuf_alloc_bulk(mp, (struct rte_mbuf **)(m + from), to - from);
 	if (ret != 0)
 		return ret;
-	for (uint16_t i = 0; i < n; i++) {
+	for (uint16_t i = from; i < to; i++) {
 		struct rte_mbuf *b = (struct rte_mbuf *)m[i];
 		addr[i] = (uintptr_t)rte_pktmbuf_mtod(b, void *);
 		room[i] = rte_pktmbuf_tailroom(b);
@@ -99,13 +102,19 @@ static int rs_alloc(struct rte_mempool *mp, uintptr_t *m, uintptr_t *addr, uint1
 
 // rs_tx sets the lengths of n filled mbufs and hands them to the driver;
 // it returns how many it took (the caller retries or frees the rest).
-static uint16_t rs_tx(uint16_t port, uintptr_t *m, uint16_t *len, uint16_t n) {
+// If mp is not NULL it then tops the spare mbufs sm[0:*sn] up to want,
+// so that a sender needs one call per burst.
+static uint16_t rs_tx(uint16_t port, uintptr_t *m, uint16_t *len, uint16_t n,
+		struct rte_mempool *mp, uintptr_t *sm, uintptr_t *saddr, uint16_t *sroom, uint16_t *sn, uint16_t want) {
 	for (uint16_t i = 0; i < n; i++) {
 		struct rte_mbuf *b = (struct rte_mbuf *)m[i];
 		b->data_len = len[i];
 		b->pkt_len = len[i];
 	}
-	return rte_eth_tx_burst(port, 0, (struct rte_mbuf **)m, n);
+	uint16_t sent = rte_eth_tx_burst(port, 0, (struct rte_mbuf **)m, n);
+	if (mp != NULL && rs_alloc(mp, sm, saddr, sroom, *sn, want) == 0 && want > *sn)
+		*sn = want;
+	return sent;
 }
 
 static void rs_free(uintptr_t *m, uint16_t n) {
@@ -448,23 +457,57 @@ func ReleaseRx(b *Mbufs) {
 // ErrNoMbufs reports an empty pool.
 var ErrNoMbufs = errors.New("dpdk: no free mbufs")
 
-// Alloc allocates n mbufs from pool into b (Len holds each one's room).
+// Alloc tops b up to n mbufs from pool (at most Burst; Len holds each new
+// one's room), allocating all or none.
 func (p *Pool) Alloc(b *Mbufs, n int) error {
+	if n > Burst {
+		return errors.New("dpdk: more mbufs than a burst")
+	}
 	if ret := C.rs_alloc(p.p, (*C.uintptr_t)(unsafe.Pointer(&b.M[0])), (*C.uintptr_t)(unsafe.Pointer(&b.Addr[0])),
-		(*C.uint16_t)(unsafe.Pointer(&b.Len[0])), C.uint16_t(n)); ret != 0 {
+		(*C.uint16_t)(unsafe.Pointer(&b.Len[0])), C.uint16_t(b.N), C.uint16_t(n)); ret != 0 {
 		return ErrNoMbufs
 	}
-	b.N = n
+	b.N = max(b.N, n)
 	return nil
+}
+
+// Take moves the last n of spare's mbufs into b, which must be empty
+// (with their room in Len).
+func (b *Mbufs) Take(spare *Mbufs, n int) {
+	from := spare.N - n
+	copy(b.M[:n], spare.M[from:spare.N])
+	copy(b.Addr[:n], spare.Addr[from:spare.N])
+	copy(b.Len[:n], spare.Len[from:spare.N])
+	b.N, spare.N = n, from
 }
 
 // Tx sends mbufs b.M[from:b.N] with lengths b.Len on port's queue 0 and
 // returns how many the driver took; the caller owns the rest.
 func Tx(port uint16, b *Mbufs, from int) int {
+	return TxRefill(port, b, from, nil, nil, 0)
+}
+
+// TxRefill is Tx followed, in the same cgo call, by topping spare up to
+// want mbufs from pool (if pool is not nil and it has enough).
+func TxRefill(port uint16, b *Mbufs, from int, pool *Pool, spare *Mbufs, want int) int {
 	if from >= b.N {
 		return 0
 	}
-	n := C.rs_tx(C.uint16_t(port), (*C.uintptr_t)(unsafe.Pointer(&b.M[from])), (*C.uint16_t)(unsafe.Pointer(&b.Len[from])), C.uint16_t(b.N-from))
+	var mp *C.struct_rte_mempool
+	var sm, saddr *C.uintptr_t
+	var sroom *C.uint16_t
+	var sn C.uint16_t
+	if pool != nil {
+		mp, sn = pool.p, C.uint16_t(spare.N)
+		sm, saddr = (*C.uintptr_t)(unsafe.Pointer(&spare.M[0])), (*C.uintptr_t)(unsafe.Pointer(&spare.Addr[0]))
+		sroom = (*C.uint16_t)(unsafe.Pointer(&spare.Len[0]))
+		want = min(want, Burst)
+	}
+	n := C.rs_tx(C.uint16_t(port), (*C.uintptr_t)(unsafe.Pointer(&b.M[from])), (*C.uint16_t)(unsafe.Pointer(&b.Len[from])), C.uint16_t(b.N-from),
+		mp, sm, saddr, sroom, &sn, C.uint16_t(want))
+	if pool != nil {
+		spare.N = int(sn)
+	}
 	return int(n)
 }
 
