@@ -49,5 +49,14 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 // soft-RoCE's udp link reaches RNICs and rxe as long as the peer's UDP
 // port is given, and a memif wire reaches the peers on the same wire.
 func compatible(local *sharedDevice, h *fallback.Hello) bool {
-	return h.Capabilities&fallback.CapStream != 0 && local.dev.Link() == h.Link
+	return h.Capabilities&fallback.CapStream != 0 && compatibleLinks(local.dev.Link(), h.Link)
+}
+
+// compatibleLinks reports whether a device on link a reaches one on link
+// b: the same link, or two links that both carry RoCEv2 in IP/UDP to
+// port 4791 on an IP network (udp, through the kernel, and dpdk, on a
+// DPDK port).
+func compatibleLinks(a, b string) bool {
+	ip := func(l string) bool { return l == LinkUDP || l == LinkDPDK }
+	return a == b || ip(a) && ip(b)
 }

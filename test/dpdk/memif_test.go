@@ -21,23 +21,35 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk"
 )
 
-// childEnv marks the test binary run as the echo server of a test.
+// childEnv marks the test binary run as a child of a test: "echo" (the
+// echo server) or "dial" (the client of dialClient).
 const childEnv = "RSOCK_DPDK_TEST_CHILD"
 
+// childAddrEnv is the address the echo server listens on (loopback by
+// default) or the client dials.
+const childAddrEnv = "RSOCK_DPDK_TEST_ADDR"
+
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "echo" {
+	switch os.Getenv(childEnv) {
+	case "echo":
 		os.Exit(echoServer())
+	case "dial":
+		os.Exit(dialClient())
 	}
 	os.Exit(m.Run())
 }
 
-// echoServer listens with netconn on loopback, prints its address, and
-// echoes one connection's bytes back; it reports the connection's
-// transport on stderr.
+// echoServer listens with netconn, prints its address, and echoes one
+// connection's bytes back; it reports the connection's transport on
+// stderr.
 func echoServer() int {
+	addr := os.Getenv(childAddrEnv)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
 	// The dialer's preface comes after its DPDK environment started.
 	lc := netconn.ListenConfig{SniffTimeout: 5 * time.Second}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
