@@ -3,13 +3,13 @@
 package dpdk
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,6 +24,30 @@ import (
 // streamLen is how many bytes dialClient sends and expects back.
 const streamLen = 4 << 20
 
+// echoRoundTrip writes n random bytes to c, an echo server's
+// connection, and checks that the same bytes come back.
+func echoRoundTrip(c net.Conn, n int) error {
+	want := make([]byte, n)
+	rand.Read(want)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		errc <- err
+	}()
+	got := make([]byte, n)
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("the echoed bytes differ")
+	}
+	return nil
+}
+
 // dialClient dials the echo server at $RSOCK_DPDK_TEST_ADDR with netconn,
 // sends streamLen random bytes, and checks that the same bytes come back;
 // it reports the connection's transport on stderr.
@@ -35,25 +59,7 @@ func dialClient() int {
 		}
 		defer c.Close()
 		fmt.Fprintf(os.Stderr, "transport %s\n", c.(*netconn.Conn).Transport())
-		want := make([]byte, streamLen)
-		rand.Read(want)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := c.Write(want)
-			errc <- err
-		}()
-		got := make([]byte, len(want))
-		c.SetReadDeadline(time.Now().Add(60 * time.Second))
-		if _, err := io.ReadFull(c, got); err != nil {
-			return err
-		}
-		if err := <-errc; err != nil {
-			return err
-		}
-		if !bytes.Equal(got, want) {
-			return errors.New("the echoed bytes differ")
-		}
-		return nil
+		return echoRoundTrip(c, streamLen)
 	}()
 	netconn.CloseIdleDevices()
 	if err != nil {
@@ -121,24 +127,7 @@ func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK bool) {
 	}
 	srv := lab.A.Command(ctx, exe, "-test.run=^$")
 	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+lab.A.IPv4.String()+":0"), afPacketEnv(lab.A, serverDPDK)...)
-	var srvErr bytes.Buffer
-	srv.Stderr = &srvErr
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		srv.Process.Kill()
-		srv.Wait()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
-	if err != nil || !ok {
-		t.Fatalf("server said %q (%v); stderr: %s", line, err, srvErr.String())
-	}
+	addr, srvErr := startEcho(t, srv)
 	cli := lab.B.Command(ctx, exe, "-test.run=^$")
 	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK)...)
 	var cliErr bytes.Buffer

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -98,31 +97,13 @@ func TestMemifStream(t *testing.T) {
 	}
 	child := exec.Command(exe, "-test.run=^$")
 	child.Env = append(append(os.Environ(), childEnv+"=echo"), dpdkEnv("client", socket, "10.77.0.1/24")...)
-	var childErr bytes.Buffer
-	child.Stderr = &childErr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		child.Process.Kill()
-		child.Wait()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
-	if err != nil || !ok {
-		t.Fatalf("child said %q (%v); stderr: %s", line, err, childErr.String())
-	}
+	addr, childErr := startEcho(t, child)
 	for _, kv := range dpdkEnv("server", socket, "10.77.0.2/24") {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	c, err := netconn.Dial("tcp", addr)
 	if err != nil {
-		child.Wait()
 		t.Fatalf("%v; child: %s", err, childErr.String())
 	}
 	conn := c.(*netconn.Conn)
@@ -130,23 +111,8 @@ func TestMemifStream(t *testing.T) {
 		c.Close()
 		t.Fatalf("transport %q (%s); child: %s", tr, conn.FallbackReason(), childErr.String())
 	}
-	want := make([]byte, 4<<20)
-	rand.Read(want)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Write(want)
-		errc <- err
-	}()
-	got := make([]byte, len(want))
-	c.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if _, err := io.ReadFull(c, got); err != nil {
+	if err := echoRoundTrip(c, streamLen); err != nil {
 		t.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("the echoed bytes differ")
 	}
 	c.Close()
 	netconn.CloseIdleDevices()
@@ -165,4 +131,29 @@ func TestMemifStream(t *testing.T) {
 		t.Error("memif socket left behind")
 	}
 	var _ net.Conn = c
+}
+
+// startEcho starts cmd, an echo server child, and returns the address it
+// listens on and its stderr; the test's end kills and reaps it.
+func startEcho(t *testing.T, cmd *exec.Cmd) (string, *bytes.Buffer) {
+	t.Helper()
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "addr ")
+	if err != nil || !ok {
+		t.Fatalf("echo server said %q (%v); stderr: %s", line, err, stderr.String())
+	}
+	return addr, stderr
 }
