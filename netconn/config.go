@@ -74,7 +74,9 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 	switch link {
 	case LinkAuto, LinkUDP, LinkMemif:
 	default:
-		return settings{}, fmt.Errorf("netconn: unknown link %q (want auto, udp or memif)", link)
+		if err := checkRegistered(link); err != nil {
+			return settings{}, err
+		}
 	}
 	if stream.RingSize == 0 {
 		if v := os.Getenv(EnvRingSize); v != "" {
@@ -105,12 +107,15 @@ func (s settings) rdma() bool { return s.provider != ProviderTCP }
 // memif reports whether a same-host connection should try memif: a
 // soft-RoCE link choice other than udp.
 func (s settings) memif() bool {
-	return s.wire == "" && s.link != LinkUDP && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
+	return s.wire == "" && (s.link == LinkAuto || s.link == LinkMemif) && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
 }
 
-// sharedLink names the link of the devices connections share: udp, or
-// the external memif wire.
+// sharedLink names the link of the devices connections share: udp, a
+// registered link (dpdk), or the external memif wire.
 func (s settings) sharedLink() string {
+	if registered(s.link) {
+		return s.link
+	}
 	if s.wire != "" {
 		return linkWirePrefix + s.wire
 	}

@@ -77,10 +77,12 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 			return nil, errNoRDMACore
 		}
 	}
-	key := deviceKey{provider, link, ip.Unmap()}
+	key := deviceKey{provider, link, deviceIP(link, ip)}
 	limit := maxDevices()
-	if strings.HasPrefix(link, linkWirePrefix) || provider == ProviderRDMACore {
-		limit = 1 // a wire is one memif connection; an RNIC serves every QP from one context
+	if strings.HasPrefix(link, linkWirePrefix) || registered(link) || provider == ProviderRDMACore {
+		// A wire is one memif connection, a registered link one port, and
+		// an RNIC serves every QP from one context.
+		limit = 1
 	}
 	for {
 		registry.Lock()
@@ -157,6 +159,9 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 	}
 	if key.provider == ProviderRDMACore {
 		return openRDMACore(key)
+	}
+	if registered(key.link) {
+		return openRegisteredDevice(key)
 	}
 	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
 	if err != nil {

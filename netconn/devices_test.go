@@ -180,3 +180,25 @@ func TestConcurrentAcquire(t *testing.T) {
 		t.Fatalf("%d devices for one address with maxDevices 2", len(distinct))
 	}
 }
+
+// TestCompatibleLinks: a link reaches itself, and udp and dpdk (both
+// RoCEv2 in IP/UDP) reach each other; memif reaches only memif.
+func TestCompatibleLinks(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{LinkUDP, LinkUDP, true},
+		{LinkDPDK, LinkDPDK, true},
+		{LinkMemif, LinkMemif, true},
+		{LinkUDP, LinkDPDK, true},
+		{LinkDPDK, LinkUDP, true},
+		{LinkMemif, LinkUDP, false},
+		{LinkDPDK, LinkMemif, false},
+		{"pipe", LinkUDP, false},
+	} {
+		if got := linksInteroperate(c.a, c.b); got != c.want {
+			t.Errorf("linksInteroperate(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

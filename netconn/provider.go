@@ -101,10 +101,12 @@ func openRDMACore(key deviceKey) (*sharedDevice, error) {
 	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}, nil
 }
 
-// roceLinks are the links that carry RoCEv2 over IP to any RoCEv2 peer:
-// soft-RoCE's udp link and rdma-core devices. Their peers interoperate
-// (with IBTA go-back-N: rdma-core QPs do not offer selective repeat).
-var roceLinks = map[string]bool{"udp": true, rdmacoreLink: true}
+// roceLinks are the links that carry RoCEv2 in IP/UDP to port 4791 on an
+// IP network, to any RoCEv2 peer: soft-RoCE's udp link (through the
+// kernel) and dpdk link (on a DPDK port), and rdma-core devices. Their
+// peers interoperate (with IBTA go-back-N when one end is an rdma-core
+// QP, which does not offer selective repeat).
+var roceLinks = map[string]bool{LinkUDP: true, LinkDPDK: true, rdmacoreLink: true}
 
 // linksInteroperate reports whether a device on link a reaches a peer on
 // link b.

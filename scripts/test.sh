@@ -63,6 +63,17 @@ bash test/memif/testpmd.sh >"${TMPDIR:-/tmp}/rsock-testpmd.log" 2>&1 || {
 }
 grep -E '^(SKIP|== |--- |verified)' "${TMPDIR:-/tmp}/rsock-testpmd.log" || true
 
+# The dpdk link (cgo, -tags dpdk, DPDK 22.11): its own tests over a
+# net_ring pair, every verbs operation over net_ring, netconn streams
+# between two processes over net_memif, over net_af_packet on a veth
+# between namespaces, and between the dpdk and udp links there; no
+# hugepages, no NIC. The default build stays cgo-free.
+echo "== dpdk link (-tags dpdk)"
+CGO_ENABLED=0 go build ./...
+go vet -tags dpdk ./...
+go test -race -tags dpdk -count=1 -timeout 10m ./verbs/softroce/link/dpdk/... ./test/dpdk/
+go test -race -tags dpdk -count=1 -timeout 10m -run 'TestOperations/dpdk' ./verbs/softroce/
+
 if [ "$FUZZTIME" != "0" ]; then
 	echo "== fuzz ($FUZZTIME per target)"
 	for pkg in $(go list ./...); do

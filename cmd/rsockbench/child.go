@@ -20,6 +20,10 @@ type serverChild struct {
 	exited chan error  // its exit status, once its output ended
 }
 
+// childEnv is added to the environment of server children (the link's
+// configuration of the other end, see localLink).
+var childEnv []string
+
 // startServerChild runs this executable with args. The first line the
 // child prints is delivered by firstLine; the rest is copied to rest (with
 // a "server: " prefix) and its stderr to stderr.
@@ -29,6 +33,7 @@ func startServerChild(args []string, rest, stderr io.Writer) (*serverChild, erro
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
 	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), childEnv...)
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = childSysProcAttr()
 	pipe, err := cmd.StdoutPipe()

@@ -109,7 +109,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 		fs.StringVar(&f.addr, "addr", defaultStreamAddr, "the server's netconn address: control and rsock data connections")
 	}
 	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
-	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp or memif")
+	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp, memif, or dpdk (built with -tags dpdk)")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (local: the server child's to FILE.server)")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
@@ -303,6 +303,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer netconn.CloseIdleDevices() // on SIGTERM too: a DPDK port cleans up as it closes
 	// rsockbench's clients speak first, so a long sniff costs nothing, and
 	// it rides out a preface lost on a lossy path (TCP sends it again
 	// after at least 200 ms, the default sniff, and backs off from there):
@@ -475,6 +476,16 @@ func writeFile(path string, write func(io.Writer) error) error {
 // streamLocal starts "rsockbench server" as a child process on loopback,
 // runs the client against it, and reaps the child.
 func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdout, stderr io.Writer) (err error) {
+	if setup, ok := localLinks[f.link]; ok {
+		cleanup, err := setup()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+	}
+	// Devices linger after their last connection: close them before the
+	// process exits, so that a DPDK port cleans its environment up.
+	defer netconn.CloseIdleDevices()
 	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
 	if f.cpuProfile != "" {
 		args = append(args, "-cpuprofile", f.cpuProfile+".server")
@@ -505,6 +516,12 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 	}
 	return streamClient(ctx, f, s, addr, stdout, stderr)
 }
+
+// localLinks configure a link that build-tagged files add (dpdk) for
+// "local": the wire between this process and the server child. setup
+// sets this process's environment and childEnv, and returns what undoes
+// it.
+var localLinks = map[string]func() (cleanup func(), err error){}
 
 // defaultLink is the -link default: $RSOCK_LINK, else auto.
 func defaultLink() string {

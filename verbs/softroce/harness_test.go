@@ -32,6 +32,10 @@ var pipeLinks = linkKind{"pipe", func(t testing.TB, f pipe.Faults) (link.Link, l
 	return a, b
 }}
 
+// extraLinks are link kinds that build-tagged test files add (dpdk_test.go)
+// for the tests that run over every kind of link.
+var extraLinks []linkKind
+
 // noFaults is a pipe without fault injection.
 var noFaults = pipe.Faults{}
 

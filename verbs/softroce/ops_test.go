@@ -20,7 +20,7 @@ func fillRandom(r *rand.Rand, b []byte) {
 // TestOperations runs every operation end to end between two devices, at
 // message sizes around the path MTU and up to 1 MiB.
 func TestOperations(t *testing.T) {
-	for _, k := range []linkKind{pipeLinks, udpLinks} {
+	for _, k := range append([]linkKind{pipeLinks, udpLinks}, extraLinks...) {
 		for _, mtu := range []verbs.MTU{verbs.MTU256, verbs.MTU1024, verbs.MTU4096} {
 			t.Run(fmt.Sprintf("%s/mtu%v", k.name, mtu), func(t *testing.T) {
 				const big = 1 << 20

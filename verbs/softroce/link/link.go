@@ -3,7 +3,10 @@
 // and from peers named by IP address and UDP port.
 //
 // Implementations live in sub-packages: udp (the default, a kernel UDP
-// socket) and pipe (an in-memory wire with fault injection, for tests).
+// socket), memif (shared memory), pipe (an in-memory wire with fault
+// injection, for tests) and, behind the build tag dpdk, dpdk. Links behind
+// build tags register themselves (Register) so that their users find them
+// by name without importing them.
 package link
 
 import (

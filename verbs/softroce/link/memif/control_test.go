@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
 )
 
 // rawPeer is a hand-driven end of a control channel.
@@ -89,7 +91,7 @@ func pipeFD(t *testing.T) int {
 
 func evfd(t *testing.T) int {
 	t.Helper()
-	fd, err := newEventFD()
+	fd, err := eventfd.New()
 	if err != nil {
 		t.Fatal(err)
 	}

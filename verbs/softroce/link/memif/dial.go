@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
 )
 
 // Dial connects to the memif server listening on the Unix socket at path,
@@ -73,11 +75,11 @@ func newClientSetup(log2 uint8, bufSize int) (*clientSetup, error) {
 	if s.reg, err = createRegion("memif_region_0", total); err != nil {
 		return nil, err
 	}
-	if s.evC2S, err = newEventFD(); err != nil {
+	if s.evC2S, err = eventfd.New(); err != nil {
 		s.release()
 		return nil, err
 	}
-	if s.evS2C, err = newEventFD(); err != nil {
+	if s.evS2C, err = eventfd.New(); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -148,15 +150,15 @@ func clientHandshake(ctrl *control, secret string, cfg Config, deadline time.Tim
 	}
 	peer := m.Connect().IfName()
 
-	txEvt, err := openEventFD(s.evC2S)
+	txEvt, err := eventfd.Open(s.evC2S)
 	s.evC2S = -1
 	if err != nil {
 		return nil, err
 	}
-	rxEvt, err := openEventFD(s.evS2C)
+	rxEvt, err := eventfd.Open(s.evS2C)
 	s.evS2C = -1
 	if err != nil {
-		txEvt.close()
+		txEvt.Close()
 		return nil, err
 	}
 	ok = true

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/ethframe"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -47,11 +49,11 @@ type Link struct {
 
 	txMu  sync.Mutex
 	tx    txQueue
-	txEvt *eventFD // signals the peer
+	txEvt *eventfd.FD // signals the peer
 
 	rxMu   sync.Mutex
 	rx     rxQueue
-	rxEvt  *eventFD // the peer signals us
+	rxEvt  *eventfd.FD // the peer signals us
 	rxBufs [][]byte
 	spin   time.Duration
 
@@ -117,7 +119,7 @@ func (l *Link) fail(err error) {
 		l.ctrl.disconnect(err.Error())
 	}
 	l.ctrl.c.Close()
-	l.rxEvt.signal()
+	l.rxEvt.Signal()
 }
 
 // enter takes the lifetime lock for using the rings; it fails once the
@@ -139,9 +141,10 @@ func (l *Link) enter() error {
 func (l *Link) Send(pkts []link.Packet) error {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
-	var hdr [maxHeaderLen]byte
+	var hdr [ethframe.MaxHeaderLen]byte
 	var icrc [wire.ICRCLen]byte
 	var pieces [3][]byte
+	ends := ethframe.Ends{SrcMAC: l.cfg.LocalMAC, DstMAC: l.cfg.PeerMAC, Src: l.cfg.Local}
 	pending := false
 	for i := range pkts {
 		p := &pkts[i]
@@ -149,17 +152,14 @@ func (l *Link) Send(pkts []link.Packet) error {
 			return fmt.Errorf("memif: packet of %d bytes in a %d-byte buffer", p.N, len(p.Buf))
 		}
 		pkt := p.Buf[:p.N]
-		hl, err := encodeHeaders(hdr[:], &l.cfg, p.Addr, p.N+wire.ICRCLen)
+		ends.Dst = p.Addr
+		hl, err := ethframe.Headers(hdr[:], &ends, pkt, &icrc)
 		if err != nil {
-			return err
+			return fmt.Errorf("memif: %w", err)
 		}
 		total := hl + p.N + wire.ICRCLen
 		if total > MaxFrameLen {
 			return fmt.Errorf("memif: %d-byte frame exceeds %d", total, MaxFrameLen)
-		}
-		wire.PutICRC(icrc[:], wire.ComputeICRCFromHeaders(hdr[wire.EthernetLen:hl], pkt))
-		if hl == maxHeaderLen {
-			wire.UDP(hdr[hl-wire.UDPLen:]).SetChecksum(udp6Checksum(hdr[:], pkt, icrc[:]))
 		}
 		pieces = [3][]byte{hdr[:hl], pkt, icrc[:]}
 		var waited time.Duration
@@ -217,7 +217,7 @@ func (l *Link) Send(pkts []link.Packet) error {
 // the caller holds txMu and the lifetime lock.
 func (l *Link) publish() {
 	if l.tx.publish() {
-		l.txEvt.signal()
+		l.txEvt.Signal()
 		l.interrupts.Add(1)
 	}
 }
@@ -302,20 +302,11 @@ func (l *Link) poll(pkts []link.Packet) (int, error) {
 
 // deliver fills p from a received frame, checking its ICRC.
 func (l *Link) deliver(p *link.Packet, frame []byte) bool {
-	ipUDP, pkt, src, ok := decodeFrame(frame)
-	if !ok {
-		return false
+	fr, ok := ethframe.Decode(frame)
+	if ok {
+		ethframe.Deliver(p, &fr)
 	}
-	n := len(pkt) - wire.ICRCLen
-	p.Buf = pkt
-	p.N = n
-	p.Addr = src
-	if wire.ComputeICRCFromHeaders(ipUDP, pkt[:n]) == wire.ICRCOf(pkt[n:]) {
-		p.ICRC = link.ICRCGood
-	} else {
-		p.ICRC = link.ICRCBad
-	}
-	return true
+	return ok
 }
 
 // waitRx waits for frames: it polls the ring for the adaptive spin time,
@@ -351,7 +342,7 @@ func (l *Link) waitRx() error {
 	if n == 0 {
 		l.sleeps.Add(1)
 		start := time.Now()
-		timedOut, err := l.rxEvt.wait(idleWake)
+		timedOut, err := l.rxEvt.Wait(idleWake)
 		if timedOut {
 			l.sleepTimeouts.Add(1)
 		}
@@ -422,8 +413,8 @@ func (l *Link) Close() error {
 	l.fail(link.ErrClosed)
 	<-l.done
 	l.life.Lock()
-	l.rxEvt.close()
-	l.txEvt.close()
+	l.rxEvt.Close()
+	l.txEvt.Close()
 	for i := range l.regs {
 		l.regs[i].close()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/ethframe"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -173,14 +174,13 @@ func injectFrame(t *testing.T, l *Link, frame []byte) {
 
 // wireFrame builds a whole frame as Send would.
 func wireFrame(t *testing.T, cfg *Config, dst netip.AddrPort, pkt []byte) []byte {
-	f := make([]byte, maxHeaderLen+len(pkt)+wire.ICRCLen)
-	hl, err := encodeHeaders(f, cfg, dst, len(pkt)+wire.ICRCLen)
+	var h [ethframe.MaxHeaderLen]byte
+	var icrc [wire.ICRCLen]byte
+	hl, err := ethframe.Headers(h[:], &ethframe.Ends{SrcMAC: cfg.LocalMAC, DstMAC: cfg.PeerMAC, Src: cfg.Local, Dst: dst}, pkt, &icrc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(f[hl:], pkt)
-	wire.PutICRC(f[hl+len(pkt):], wire.ComputeICRCFromHeaders(f[wire.EthernetLen:hl], pkt))
-	return f[:hl+len(pkt)+wire.ICRCLen]
+	return append(append(append([]byte(nil), h[:hl]...), pkt...), icrc[:]...)
 }
 
 func TestReceivedFrames(t *testing.T) {

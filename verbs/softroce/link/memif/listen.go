@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
 )
 
 // maxRegions is how many regions a server accepts from one client.
@@ -99,7 +101,7 @@ func (ln *Listener) Accept() (*Link, error) {
 // serverRing is a ring the client added.
 type serverRing struct {
 	ring Ring
-	evt  *eventFD
+	evt  *eventfd.FD
 }
 
 // serverState is what the client has offered so far.
@@ -111,7 +113,7 @@ type serverState struct {
 func (s *serverState) release() {
 	for _, r := range s.rings {
 		if r != nil {
-			r.evt.close()
+			r.evt.Close()
 		}
 	}
 	for i := range s.regs {
@@ -240,7 +242,7 @@ func (s *serverState) addRing(a AddRing, fd int) error {
 		unix.Close(fd)
 		return err
 	}
-	evt, err := openEventFD(fd)
+	evt, err := eventfd.Open(fd)
 	if err != nil {
 		return err
 	}

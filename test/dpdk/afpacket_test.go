@@ -1,0 +1,153 @@
+//go:build dpdk
+
+package dpdk
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rsock-go/rsock/internal/netlab"
+	"github.com/rsock-go/rsock/netconn"
+	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk"
+)
+
+// streamLen is how many bytes dialClient sends and expects back.
+const streamLen = 4 << 20
+
+// echoRoundTrip writes n random bytes to c, an echo server's
+// connection, and checks that the same bytes come back.
+func echoRoundTrip(c net.Conn, n int) error {
+	want := make([]byte, n)
+	rand.Read(want)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(want)
+		errc <- err
+	}()
+	got := make([]byte, n)
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return errors.New("the echoed bytes differ")
+	}
+	return nil
+}
+
+// dialClient dials the echo server at $RSOCK_DPDK_TEST_ADDR with netconn,
+// sends streamLen random bytes, and checks that the same bytes come back;
+// it reports the connection's transport on stderr.
+func dialClient() int {
+	err := func() error {
+		c, err := netconn.Dial("tcp", os.Getenv(childAddrEnv))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		fmt.Fprintf(os.Stderr, "transport %s\n", c.(*netconn.Conn).Transport())
+		return echoRoundTrip(c, streamLen)
+	}()
+	netconn.CloseIdleDevices()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "byte-exact")
+	return 0
+}
+
+// afPacketEnv is the environment of a process whose netconn runs on
+// the dpdk link on net_af_packet over the namespace's veth, or (dpdk
+// false) on the udp link.
+func afPacketEnv(ns *netlab.Namespace, useDPDK bool) []string {
+	if !useDPDK {
+		return []string{netconn.EnvLink + "=udp"}
+	}
+	return []string{
+		netconn.EnvLink + "=dpdk",
+		dpdk.EnvArgs + "=--no-huge -m 256 --no-pci --no-telemetry --log-level=lib.eal:warning",
+		dpdk.EnvPort + "=net_af_packet0,iface=" + ns.Dev,
+		dpdk.EnvIP + "=" + ns.IPv4.String() + "/24",
+	}
+}
+
+// TestAFPacket runs a netconn stream between two processes in two
+// network namespaces joined by a veth pair at MTU 1500: the echo server
+// in A, the client in B, each on the dpdk link on net_af_packet over its
+// veth or on the udp link. Byte-exact, each reporting its own transport.
+func TestAFPacket(t *testing.T) {
+	if err := netlab.Check(); err != nil {
+		t.Skip(err)
+	}
+	for _, c := range []struct {
+		name             string
+		serverDPDK, dial bool
+	}{
+		{"dpdk-dpdk", true, true},
+		{"dpdk-udp", true, false},
+		{"udp-dpdk", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lab, err := netlab.New(netlab.Config{MTU: 1500, Prefix: "rsdpdk"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lab.Close()
+			runPair(t, lab, c.serverDPDK, c.dial)
+		})
+	}
+}
+
+func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK bool) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	transport := func(d bool) string {
+		if d {
+			return "transport rdma/softroce/dpdk"
+		}
+		return "transport rdma/softroce/udp"
+	}
+	srv := lab.A.Command(ctx, exe, "-test.run=^$")
+	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+lab.A.IPv4.String()+":0"), afPacketEnv(lab.A, serverDPDK)...)
+	addr, srvErr := startEcho(t, srv)
+	cli := lab.B.Command(ctx, exe, "-test.run=^$")
+	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK)...)
+	var cliErr bytes.Buffer
+	cli.Stderr = &cliErr
+	if err := cli.Run(); err != nil {
+		t.Fatalf("client: %v; stderr: %s; server: %s", err, cliErr.String(), srvErr.String())
+	}
+	if err := srv.Wait(); err != nil {
+		t.Fatalf("server: %v; stderr: %s", err, srvErr.String())
+	}
+	if s := cliErr.String(); !strings.Contains(s, transport(clientDPDK)) || !strings.Contains(s, "byte-exact") {
+		t.Fatalf("client: %s", s)
+	}
+	t.Logf("client: %s; server: %s", strings.TrimSpace(cliErr.String()), strings.TrimSpace(srvErr.String()))
+	if s := srvErr.String(); !strings.Contains(s, transport(serverDPDK)) {
+		t.Fatalf("server: %s", s)
+	}
+	for _, p := range []*exec.Cmd{srv, cli} {
+		if _, err := os.Stat(fmt.Sprintf("/var/run/dpdk/rsock-%d", p.Process.Pid)); err == nil {
+			t.Errorf("runtime directory of %d left behind", p.Process.Pid)
+		}
+	}
+}

@@ -1,0 +1,742 @@
+//go:build dpdk
+
+package dpdk
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk/internal/rte"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/ethframe"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Receiver timing.
+const (
+	// yieldEvery is how many empty polls the receiver makes between two
+	// yields to other goroutines.
+	yieldEvery = 4
+	// idleWake bounds one sleep on the rx interrupt.
+	idleWake = 100 * time.Millisecond
+	// minBackoff and maxBackoff bound one sleep between polls of a port
+	// without rx interrupts; the sleeps double from one to the other
+	// (the Go timer rounds those under a millisecond up to one when the
+	// process is otherwise idle). After deepIdle without frames they
+	// grow on to maxIdleSleep. These are the added latency of the first
+	// packet after a pause; a wake-up costs some 40 µs of CPU on the
+	// 2-core test machine (the runtime's thread wake-ups included), so
+	// 500 a second would cost 2% of a core and 20 under 0.1%.
+	minBackoff   = 20 * time.Microsecond
+	maxBackoff   = 2 * time.Millisecond
+	deepIdle     = time.Second
+	maxIdleSleep = 50 * time.Millisecond
+	// resolveTimeout bounds how long Send waits for a next hop's MAC;
+	// packets to an unresolved neighbour are then dropped.
+	resolveTimeout = time.Second
+)
+
+// Stats counts what a link did.
+type Stats struct {
+	// Sent and Received count RoCEv2 frames.
+	Sent, Received uint64
+	// TxDropped counts packets dropped for a full tx queue or no mbufs;
+	// Unresolved those whose next hop did not answer ARP (or is
+	// unreachable).
+	TxDropped, Unresolved uint64
+	// RxDropped counts received frames that were neither RoCEv2 to our
+	// address nor ARP.
+	RxDropped uint64
+	// ARPIn and ARPOut count ARP frames received and sent.
+	ARPIn, ARPOut uint64
+	// Sleeps counts the receiver's sleeps (on the interrupt or timed).
+	Sleeps uint64
+}
+
+// Link is a soft-RoCE link on a DPDK port. Its methods are safe for
+// concurrent use.
+type Link struct {
+	cfg    Config
+	port   uint16
+	name   string // the port's device name
+	driver string
+	vdev   string // the vdev to remove on Close, or ""
+	pool   *rte.Pool
+	pair   *ringPair // shared with the other end of a ring pair, or nil
+	st     station
+	local  netip.AddrPort
+	mtu    int
+	intr   *eventfd.FD  // the rx interrupt, or nil
+	guard  *net.UDPConn // keeps the kernel from answering 4791, or nil
+
+	closed atomic.Bool
+	done   chan struct{}
+	life   sync.RWMutex // held for reading while the port is used to send; Close takes it
+
+	txMu  sync.Mutex // the tx queue takes one sender at a time
+	spare rte.Mbufs  // allocated mbufs for the next burst, under txMu
+
+	neighMu   sync.Mutex
+	neigh     *neighTable
+	neighWake chan struct{} // closed and replaced when an entry is learnt
+
+	rxMu    sync.Mutex // one receiver at a time; Close takes it
+	rx      rte.Mbufs
+	arpOut  [][arpFrameLen]byte
+	lastRx  time.Time     // when the receiver last got frames
+	backoff time.Duration // its last sleep without interrupts
+
+	sent, received, txDropped, unresolved, rxDropped, arpIn, arpOut_, sleeps atomic.Uint64
+}
+
+var _ link.Link = (*Link)(nil)
+var _ link.Looper = (*Link)(nil)
+var _ link.DropCounter = (*Link)(nil)
+
+// ringPair is what the two ends of a ring pair share: the rings and one
+// mbuf pool (mbufs cross from one port to the other), freed by the
+// second Close.
+type ringPair struct {
+	rp   *rte.RingPair
+	pool *rte.Pool
+	refs int
+}
+
+// Open opens a link on the port cfg names, initialising the process's
+// DPDK environment on first use.
+func Open(cfg Config) (*Link, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	env.Lock()
+	defer env.Unlock()
+	if err := acquireLocked(); err != nil {
+		return nil, err
+	}
+	port, vdev, err := findPort(portDevargs(c.Port, c.MTU))
+	if err != nil {
+		releaseLocked()
+		return nil, err
+	}
+	l, err := openPort(port, c, nil)
+	if err != nil {
+		if vdev != "" {
+			rte.RemoveVdev(vdev)
+		}
+		releaseLocked()
+		return nil, err
+	}
+	l.vdev = vdev
+	return l, nil
+}
+
+// OpenRingPair opens two links joined back to back by a pair of rings in
+// this process (net_ring): the software ceiling of a DPDK link, and a
+// way to test without devices. Names must be unique in the process.
+func OpenRingPair(nameA, nameB string, a, b Config) (*Link, *Link, error) {
+	ca, err := a.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	cb, err := b.withDefaults()
+	if err != nil {
+		return nil, nil, err
+	}
+	env.Lock()
+	defer env.Unlock()
+	if err := acquireLocked(); err != nil {
+		return nil, nil, err
+	}
+	acquireLocked()
+	fail := func(err error) (*Link, *Link, error) {
+		releaseLocked()
+		releaseLocked()
+		return nil, nil, err
+	}
+	rp, err := rte.NewRingPair(nameA, nameB, 2048)
+	if err != nil {
+		return fail(err)
+	}
+	env.pools++
+	pool, err := rte.NewPool(fmt.Sprintf("rsock_pool%d", env.pools), ca.Mbufs+cb.Mbufs, MaxFrameLen)
+	if err != nil {
+		rte.Close(rp.A)
+		rte.Close(rp.B)
+		rp.FreeRings()
+		return fail(err)
+	}
+	pair := &ringPair{rp: rp, pool: pool, refs: 2}
+	la, err := openPort(rp.A, ca, pair)
+	if err != nil {
+		rte.Close(rp.B)
+		rp.FreeRings()
+		pool.Free()
+		return fail(err)
+	}
+	lb, err := openPort(rp.B, cb, pair)
+	if err != nil {
+		env.Unlock()
+		la.Close()
+		env.Lock()
+		rte.Close(rp.B)
+		releaseLocked()
+		return nil, nil, err
+	}
+	return la, lb, nil
+}
+
+// findPort returns the port spec names, hot-plugging it as a vdev if it
+// is devargs or not a known port (vdev is then its name).
+func findPort(spec string) (port uint16, vdev string, err error) {
+	if spec == "" {
+		for _, p := range rte.Ports() {
+			if !portBusy(p) {
+				return p, "", nil
+			}
+		}
+		return 0, "", errors.New("dpdk: no free port (give a vdev in " + EnvArgs + " or " + EnvPort + ")")
+	}
+	if !strings.Contains(spec, ",") {
+		if p, err := rte.PortByName(spec); err == nil {
+			return p, "", nil
+		}
+	}
+	name, err := rte.ProbeVdev(spec)
+	if err != nil {
+		return 0, "", err
+	}
+	p, err := rte.PortByName(name)
+	if err != nil {
+		rte.RemoveVdev(name)
+		return 0, "", err
+	}
+	return p, name, nil
+}
+
+// busy marks the ports links are open on. The caller holds env.
+var busy = map[uint16]bool{}
+
+func portBusy(p uint16) bool { return busy[p] }
+
+// openPort sets port up for a link. The caller holds env.
+func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
+	if busy[port] {
+		return nil, fmt.Errorf("dpdk: port %d (%s) is in use", port, rte.PortName(port))
+	}
+	l := &Link{cfg: c, port: port, name: rte.PortName(port), pair: pair, done: make(chan struct{}),
+		neigh: newNeighTable(), neighWake: make(chan struct{})}
+	var err error
+	if l.driver, err = rte.Driver(port); err != nil {
+		return nil, err
+	}
+	if pair != nil {
+		l.pool = pair.pool
+	} else {
+		env.pools++
+		if l.pool, err = rte.NewPool(fmt.Sprintf("rsock_pool%d", env.pools), c.Mbufs, MaxFrameLen); err != nil {
+			return nil, err
+		}
+	}
+	fail := func(err error) (*Link, error) {
+		rte.Stop(port)
+		rte.Close(port)
+		if pair == nil {
+			l.pool.Free()
+		}
+		return nil, fmt.Errorf("dpdk: port %s: %w", l.name, err)
+	}
+	mtu := c.MTU
+	if mtu == 0 {
+		mtu = 1500
+	}
+	if l.driver == "net_memif" {
+		// net_memif claims 1518-byte frames at most, but copies frames of
+		// any length (chained descriptors, merged into one mbuf on the
+		// receiving side): the link's own MTU is the configured one.
+		mtu = min(mtu, 1500)
+	}
+	intr := !c.NoInterrupts && !noRxIntr[l.driver]
+	if err = rte.Setup(port, intr, mtu, c.RxDesc, c.TxDesc, l.pool); err != nil && intr {
+		intr = false
+		rte.Stop(port)
+		err = rte.Setup(port, false, mtu, c.RxDesc, c.TxDesc, l.pool)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if intr {
+		l.intr = rxInterrupt(port)
+	}
+	mac, err := rte.MAC(port)
+	if err != nil {
+		return fail(err)
+	}
+	if c.MAC != (wire.MAC{}) {
+		mac = c.MAC
+	} else if pair != nil {
+		// Both ends of a ring pair have the same MAC, and net_ring cannot
+		// change it (nor does it filter): a locally administered one from
+		// the port id tells them apart.
+		mac = [6]byte{0x02, 0x72, 0x73, 0x6b, byte(port >> 8), byte(port)}
+	}
+	if l.mtu, err = rte.MTU(port); err != nil {
+		return fail(err)
+	}
+	if l.driver == "net_memif" && c.MTU > l.mtu {
+		l.mtu = c.MTU
+	}
+	l.st = station{mac: wire.MAC(mac), ip: c.Local.Addr()}
+	l.local = netip.AddrPortFrom(c.Local.Addr(), link.RoCEv2Port)
+	for ip, mac := range c.Neighbours {
+		l.neigh.setStatic(ip, mac)
+	}
+	if l.driver == "net_af_packet" || l.driver == "net_af_xdp" {
+		l.guard = kernelGuard(l.local)
+	}
+	for deadline := time.Now().Add(c.LinkWait); ; {
+		if up, _ := rte.LinkUp(port); up || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	busy[port] = true
+	return l, nil
+}
+
+// noRxIntr are the drivers without rx interrupts in DPDK 22.11 (no
+// rx_queue_intr_enable); asking them for one only logs an error.
+var noRxIntr = map[string]bool{"net_memif": true, "net_ring": true, "net_af_packet": true, "net_af_xdp": true}
+
+// rxInterrupt returns the rx queue's interrupt as an eventfd waited
+// through the netpoller, or nil where the driver has none usable.
+func rxInterrupt(port uint16) *eventfd.FD {
+	fd, err := rte.RxIntrFD(port)
+	if err != nil {
+		return nil
+	}
+	if rte.RxIntrEnable(port) != nil {
+		return nil
+	}
+	rte.RxIntrDisable(port)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	e, err := eventfd.Open(dup)
+	if err != nil {
+		return nil
+	}
+	return e
+}
+
+// kernelGuard binds a UDP socket to addr where the kernel shares the
+// interface (af_packet, af_xdp), so that it does not answer RoCEv2
+// packets with ICMP port unreachable; the socket is never read and its
+// small buffer drops what the kernel queues. nil if addr is not the
+// kernel's (then it does not answer either) or the port is taken (by a
+// socket that guards the same way).
+func kernelGuard(addr netip.AddrPort) *net.UDPConn {
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		return nil
+	}
+	c.SetReadBuffer(1)
+	return c
+}
+
+// Name returns "dpdk".
+func (l *Link) Name() string { return "dpdk" }
+
+// LocalAddr returns the port's IP address and port 4791.
+func (l *Link) LocalAddr() netip.AddrPort { return l.local }
+
+// MTU returns the port's MTU (the largest IP packet).
+func (l *Link) MTU() int { return l.mtu }
+
+// Driver returns the port's driver, e.g. "net_memif".
+func (l *Link) Driver() string { return l.driver }
+
+// MAC returns the port's Ethernet address.
+func (l *Link) MAC() wire.MAC { return l.st.mac }
+
+// Interrupts reports whether the receiver sleeps on an rx interrupt
+// (else it backs off in timed sleeps).
+func (l *Link) Interrupts() bool { return l.intr != nil }
+
+// Stats returns the link's counters.
+func (l *Link) Stats() Stats {
+	return Stats{l.sent.Load(), l.received.Load(), l.txDropped.Load(), l.unresolved.Load(), l.rxDropped.Load(),
+		l.arpIn.Load(), l.arpOut_.Load(), l.sleeps.Load()}
+}
+
+// Dropped counts received frames dropped; see link.DropCounter.
+func (l *Link) Dropped() uint64 { return l.rxDropped.Load() }
+
+// Send frames and transmits pkts; see link.Link. A burst of up to 64
+// packets is one cgo call; the tx queue takes one burst at a time.
+func (l *Link) Send(pkts []link.Packet) error {
+	for len(pkts) > 0 {
+		n := min(len(pkts), rte.Burst)
+		if err := l.sendBurst(pkts[:n]); err != nil {
+			return err
+		}
+		pkts = pkts[n:]
+	}
+	return nil
+}
+
+func (l *Link) sendBurst(pkts []link.Packet) error {
+	var macs [rte.Burst]wire.MAC
+	var ok [rte.Burst]bool
+	want := 0
+	for i := range pkts {
+		p := &pkts[i]
+		if p.N < wire.BTHLen || p.N > len(p.Buf) {
+			return fmt.Errorf("dpdk: packet of %d bytes in a %d-byte buffer", p.N, len(p.Buf))
+		}
+		if ethframe.MaxHeaderLen+p.N+wire.ICRCLen > MaxFrameLen {
+			return fmt.Errorf("dpdk: %d-byte packet exceeds the %d-byte frame", p.N, MaxFrameLen)
+		}
+		if i > 0 && p.Addr.Addr() == pkts[i-1].Addr.Addr() {
+			macs[i], ok[i] = macs[i-1], ok[i-1]
+		} else {
+			macs[i], ok[i] = l.resolve(p.Addr.Addr())
+		}
+		if ok[i] {
+			want++
+		} else {
+			l.unresolved.Add(1)
+		}
+	}
+	if want == 0 {
+		return l.checkOpen()
+	}
+	l.life.RLock()
+	defer l.life.RUnlock()
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	var b rte.Mbufs
+	if !l.mbufs(&b, want) {
+		l.txDropped.Add(uint64(want))
+		return nil
+	}
+	var icrc [wire.ICRCLen]byte
+	ends := ethframe.Ends{SrcMAC: l.st.mac, Src: l.local}
+	j := 0
+	for i := range pkts {
+		if !ok[i] {
+			continue
+		}
+		p := &pkts[i]
+		d := b.Data(j, int(b.Len[j])) // the whole room: MaxFrameLen, checked above
+		ends.DstMAC, ends.Dst = macs[i], p.Addr
+		hl, _ := ethframe.Headers(d, &ends, p.Buf[:p.N], &icrc) // the IP versions match: resolve checked
+		copy(d[hl:], p.Buf[:p.N])
+		copy(d[hl+p.N:], icrc[:])
+		b.Len[j] = uint16(hl + p.N + wire.ICRCLen)
+		j++
+	}
+	l.transmit(&b)
+	return nil
+}
+
+// mbufs takes n mbufs (with their room in Len) from the spare ones,
+// topping those up first if need be; false if the pool has too few. The
+// caller holds txMu.
+func (l *Link) mbufs(b *rte.Mbufs, n int) bool {
+	if l.spare.N < n && l.pool.Alloc(&l.spare, rte.Burst) != nil && l.pool.Alloc(&l.spare, n) != nil {
+		return false
+	}
+	b.Take(&l.spare, n)
+	return true
+}
+
+// transmit hands b's mbufs to the tx queue, retrying a full queue for up
+// to TxWait, and frees those it could not send. The first try also tops
+// the spare mbufs up for the next burst, in the same cgo call. The caller
+// holds txMu and life.
+func (l *Link) transmit(b *rte.Mbufs) {
+	sent := 0
+	var waited time.Duration
+	for try := 0; ; try++ {
+		if try == 0 {
+			sent = rte.TxRefill(l.port, b, 0, l.pool, &l.spare, rte.Burst)
+		} else {
+			sent += rte.Tx(l.port, b, sent)
+		}
+		if sent == b.N || waited >= l.cfg.TxWait {
+			break
+		}
+		if try < 8 {
+			runtime.Gosched()
+			waited += time.Microsecond
+		} else {
+			d := min(time.Duration(1<<min(try-8, 10))*time.Microsecond, time.Millisecond)
+			time.Sleep(d)
+			waited += d
+		}
+	}
+	l.txDropped.Add(uint64(b.N - sent))
+	l.sent.Add(uint64(sent))
+	rte.FreeTx(b, sent)
+}
+
+func (l *Link) checkOpen() error {
+	if l.closed.Load() {
+		return link.ErrClosed
+	}
+	return nil
+}
+
+// resolve returns the MAC of dst's next hop, asking with ARP and waiting
+// for the answer up to resolveTimeout.
+func (l *Link) resolve(dst netip.Addr) (wire.MAC, bool) {
+	hop, ok := nextHop(l.cfg.Local, l.cfg.Gateway, dst)
+	if !ok {
+		return wire.MAC{}, false
+	}
+	var deadline time.Time
+	for {
+		now := time.Now()
+		l.neighMu.Lock()
+		mac, st := l.neigh.lookup(hop, now)
+		ask := st != neighReachable && hop.Is4() && l.neigh.ask(hop, now)
+		wake := l.neighWake
+		l.neighMu.Unlock()
+		if ask {
+			var f [arpFrameLen]byte
+			l.sendFrame(f[:l.st.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, hop)])
+		}
+		if st != neighNone {
+			return mac, true
+		}
+		if !hop.Is4() {
+			return wire.MAC{}, false // no neighbour discovery: static entries only
+		}
+		if deadline.IsZero() {
+			deadline = now.Add(resolveTimeout)
+		} else if now.After(deadline) {
+			return wire.MAC{}, false
+		}
+		t := time.NewTimer(retransTime)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			return wire.MAC{}, false
+		}
+		t.Stop()
+	}
+}
+
+// sendFrame transmits one whole frame (ARP), if the link is open.
+func (l *Link) sendFrame(f []byte) {
+	l.life.RLock()
+	defer l.life.RUnlock()
+	if l.closed.Load() {
+		return
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	var b rte.Mbufs
+	if !l.mbufs(&b, 1) {
+		l.txDropped.Add(1)
+		return
+	}
+	copy(b.Data(0, int(b.Len[0])), f)
+	b.Len[0] = uint16(len(f))
+	sent := rte.Tx(l.port, &b, 0)
+	if sent == 1 {
+		l.arpOut_.Add(1)
+	} else {
+		l.txDropped.Add(1)
+	}
+	rte.FreeTx(&b, sent)
+}
+
+// Recv receives packets; see link.Link. Packet buffers are views of
+// DPDK's mbufs, valid until the next Recv.
+func (l *Link) Recv(pkts []link.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	return l.recv(pkts)
+}
+
+// RecvLoop receives and hands each batch to handle until the link is
+// closed; see link.Looper.
+//
+// The loop does not lock its OS thread: a goroutine that a batch wakes
+// (a reader, a completion waiter) then runs on the loop's own thread
+// when the loop yields, where on a locked thread every wake-up crosses
+// to another thread and back (measured: 64-byte ping-pong p50 96 µs
+// locked, 9 µs not, over net_memif on 2 cores).
+func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	for {
+		n, err := l.recv(pkts)
+		if err != nil {
+			return err
+		}
+		handle(pkts[:n])
+	}
+}
+
+// recv polls the port until RoCEv2 packets arrive, handling ARP on the
+// way. It keeps polling for cfg.Poll after the last frame, yielding to
+// other goroutines between polls, and then sleeps: on the rx interrupt
+// where the port has one, else for doubling times up to maxBackoff, and
+// maxIdleSleep once idle for deepIdle. The caller holds rxMu.
+func (l *Link) recv(pkts []link.Packet) (int, error) {
+	burst := min(len(pkts), rte.Burst)
+	for polls := 1; ; polls++ {
+		if l.closed.Load() {
+			rte.ReleaseRx(&l.rx)
+			return 0, link.ErrClosed
+		}
+		n := rte.Rx(l.port, &l.rx, burst)
+		if n == 0 {
+			switch {
+			case time.Since(l.lastRx) < l.cfg.Poll:
+				if polls%yieldEvery == 0 {
+					runtime.Gosched()
+				}
+				continue
+			case l.intr != nil:
+				if n = l.sleepIntr(burst); n == 0 {
+					continue
+				}
+			default:
+				limit := maxBackoff
+				if time.Since(l.lastRx) > deepIdle {
+					limit = maxIdleSleep
+				}
+				l.backoff = min(max(2*l.backoff, minBackoff), limit)
+				l.sleeps.Add(1)
+				time.Sleep(l.backoff)
+				continue
+			}
+		}
+		l.lastRx, l.backoff = time.Now(), 0
+		if got := l.sort(pkts, n); got > 0 {
+			l.received.Add(uint64(got))
+			return got, nil
+		}
+	}
+}
+
+// sort fills pkts from the n frames just received, answers ARP and
+// counts the rest as dropped; it returns the number of packets.
+func (l *Link) sort(pkts []link.Packet, n int) int {
+	got := 0
+	for i := range n {
+		f := l.rx.Data(i, int(l.rx.Len[i]))
+		kind, fr := frameOther, ethframe.Frame{}
+		if len(f) > 0 {
+			kind, fr = l.st.classify(f)
+		}
+		switch kind {
+		case frameRoCE:
+			ethframe.Deliver(&pkts[got], &fr)
+			got++
+		case frameARP:
+			l.arpIn.Add(1)
+			var reply [arpFrameLen]byte
+			l.neighMu.Lock()
+			rn := l.st.arpInput(f, l.neigh, time.Now(), reply[:])
+			close(l.neighWake)
+			l.neighWake = make(chan struct{})
+			l.neighMu.Unlock()
+			if rn > 0 {
+				l.arpOut = append(l.arpOut, reply)
+			}
+		default:
+			l.rxDropped.Add(1)
+		}
+	}
+	for _, f := range l.arpOut {
+		l.sendFrame(f[:])
+	}
+	l.arpOut = l.arpOut[:0]
+	return got
+}
+
+// sleepIntr arms the rx interrupt and sleeps on it, unless a poll after
+// arming finds frames (a frame that arrived before arming raised no
+// interrupt); it returns the frames of that poll.
+func (l *Link) sleepIntr(burst int) int {
+	if rte.RxIntrEnable(l.port) != nil {
+		runtime.Gosched()
+		return 0
+	}
+	defer rte.RxIntrDisable(l.port)
+	if n := rte.Rx(l.port, &l.rx, burst); n > 0 || l.closed.Load() {
+		return n
+	}
+	l.sleeps.Add(1)
+	l.intr.Wait(idleWake)
+	return 0
+}
+
+// Close stops the receiver, closes the port (and its vdev) and, with the
+// last port of the process, cleans the DPDK environment up. It is
+// idempotent.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	close(l.done)
+	if l.intr != nil {
+		l.intr.Signal()
+	}
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	l.life.Lock()
+	defer l.life.Unlock()
+	rte.ReleaseRx(&l.rx)
+	l.txMu.Lock()
+	rte.FreeTx(&l.spare, 0)
+	l.txMu.Unlock()
+	if l.intr != nil {
+		l.intr.Close()
+	}
+	if l.guard != nil {
+		l.guard.Close()
+	}
+	env.Lock()
+	defer env.Unlock()
+	var errs []error
+	errs = append(errs, rte.Stop(l.port), rte.Close(l.port))
+	if l.vdev != "" {
+		errs = append(errs, rte.RemoveVdev(l.vdev))
+	}
+	delete(busy, l.port)
+	if l.pair != nil {
+		if l.pair.refs--; l.pair.refs == 0 {
+			l.pair.rp.FreeRings()
+			l.pair.pool.Free()
+		}
+	} else {
+		l.pool.Free()
+	}
+	releaseLocked()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,91 @@
+package dpdk
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/ethframe"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// station is what the link answers to on the wire: its MAC and IP.
+type station struct {
+	mac wire.MAC
+	ip  netip.Addr
+}
+
+// frameKind is what a received frame is to the link.
+type frameKind uint8
+
+const (
+	// frameOther: not for us, or not RoCEv2 or ARP; dropped.
+	frameOther frameKind = iota
+	// frameRoCE: a RoCEv2 packet to our IP and port 4791.
+	frameRoCE
+	// frameARP: an ARP packet (for IPv4 over Ethernet).
+	frameARP
+)
+
+// arpFrameLen is the length of the ARP frames sent: Ethernet and ARP,
+// padded to Ethernet's minimum of 60 bytes (without FCS).
+const arpFrameLen = 60
+
+// classify says what frame f is; for a RoCEv2 packet it also returns the
+// decoded frame. Frames to another unicast MAC are not for us (a port in
+// promiscuous mode, or af_packet, sees the host's traffic too).
+func (st *station) classify(f []byte) (frameKind, ethframe.Frame) {
+	if len(f) < wire.EthernetLen {
+		return frameOther, ethframe.Frame{}
+	}
+	e := wire.Ethernet(f)
+	dst := e.Dst()
+	if dst != st.mac && dst != wire.BroadcastMAC {
+		return frameOther, ethframe.Frame{}
+	}
+	if e.EtherType() == wire.EtherTypeARP {
+		if wire.ARP(f[wire.EthernetLen:]).IsValid() {
+			return frameARP, ethframe.Frame{}
+		}
+		return frameOther, ethframe.Frame{}
+	}
+	if dst != st.mac {
+		return frameOther, ethframe.Frame{}
+	}
+	fr, ok := ethframe.Decode(f)
+	if !ok || fr.Dst != st.ip {
+		return frameOther, ethframe.Frame{}
+	}
+	return frameRoCE, fr
+}
+
+// arpInput handles an ARP frame f (classified frameARP): it learns the
+// sender into t, and for a request for our address writes the reply
+// frame into reply (at least arpFrameLen bytes) and returns its length,
+// else 0.
+func (st *station) arpInput(f []byte, t *neighTable, now time.Time, reply []byte) int {
+	a := wire.ARP(f[wire.EthernetLen:])
+	sip, smac := a.SenderIP(), a.SenderMAC()
+	forUs := st.ip.Is4() && a.TargetIP() == st.ip
+	if sip.IsUnspecified() || sip == st.ip || smac == st.mac || smac == wire.BroadcastMAC || smac[0]&1 != 0 {
+		return 0 // a probe, our own, or a bogus sender
+	}
+	t.learn(sip, smac, now, !forUs)
+	if !forUs || a.Op() != wire.ARPRequest {
+		return 0
+	}
+	return st.arpFrame(reply, wire.ARPReply, smac, sip)
+}
+
+// arpFrame writes an ARP frame of operation op to (targetMAC, targetIP)
+// into b and returns its length; a request goes to the broadcast address.
+func (st *station) arpFrame(b []byte, op uint16, targetMAC wire.MAC, targetIP netip.Addr) int {
+	b = b[:arpFrameLen]
+	clear(b)
+	dst := targetMAC
+	if op == wire.ARPRequest {
+		dst, targetMAC = wire.BroadcastMAC, wire.MAC{}
+	}
+	wire.Ethernet(b).Encode(dst, st.mac, wire.EtherTypeARP)
+	wire.ARP(b[wire.EthernetLen:]).Encode(op, st.mac, st.ip, targetMAC, targetIP)
+	return arpFrameLen
+}

@@ -1,0 +1,158 @@
+// Package ethframe builds and parses whole Ethernet/IP/UDP frames carrying
+// RoCEv2 packets, for the links that see the wire as Ethernet (memif and
+// dpdk): they write the headers themselves and, seeing every byte, check
+// the full ICRC.
+package ethframe
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// MaxHeaderLen is the longest frame header written: Ethernet, IPv6, UDP.
+const MaxHeaderLen = wire.EthernetLen + wire.IPv6Len + wire.UDPLen
+
+// Ends names the two ends of a frame: MAC addresses, IP addresses and
+// UDP ports.
+type Ends struct {
+	SrcMAC, DstMAC wire.MAC
+	Src, Dst       netip.AddrPort
+}
+
+// EncodeHeaders writes into h the Ethernet, IP and UDP headers of a frame
+// carrying a RoCEv2 packet of pktLen bytes (BTH through ICRC), and
+// returns the header length. The IPv4 ID is 0 with DF set, as rxe and the
+// udp link send; for IPv6 the UDP checksum is left 0 (Headers fills it in,
+// as it covers the payload).
+func EncodeHeaders(h []byte, e *Ends, pktLen int) (int, error) {
+	src := e.Src.Addr().Unmap()
+	d := e.Dst.Addr().Unmap()
+	if src.Is4() != d.Is4() {
+		return 0, fmt.Errorf("destination %v and local address %v differ in IP version", e.Dst, e.Src)
+	}
+	udpLen := wire.UDPLen + pktLen
+	if src.Is4() {
+		wire.Ethernet(h).Encode(e.DstMAC, e.SrcMAC, wire.EtherTypeIPv4)
+		ip := wire.IPv4(h[wire.EthernetLen:])
+		ip.Encode(&wire.IPv4Fields{TotalLen: uint16(wire.IPv4MinLen + udpLen), Flags: wire.IPv4DontFragment,
+			TTL: 64, Protocol: wire.IPProtoUDP, Src: src, Dst: d})
+		wire.UDP(h[wire.EthernetLen+wire.IPv4MinLen:]).Encode(e.Src.Port(), e.Dst.Port(), uint16(udpLen), 0)
+		return wire.EthernetLen + wire.IPv4MinLen + wire.UDPLen, nil
+	}
+	wire.Ethernet(h).Encode(e.DstMAC, e.SrcMAC, wire.EtherTypeIPv6)
+	wire.IPv6(h[wire.EthernetLen:]).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP,
+		HopLimit: 64, Src: src, Dst: d})
+	wire.UDP(h[wire.EthernetLen+wire.IPv6Len:]).Encode(e.Src.Port(), e.Dst.Port(), uint16(udpLen), 0)
+	return MaxHeaderLen, nil
+}
+
+// Headers writes the headers of the frame carrying pkt (BTH up to the
+// ICRC) into h (at least MaxHeaderLen bytes) and its ICRC into icrc, and
+// returns the header length: the frame is h[:n], pkt, icrc.
+func Headers(h []byte, e *Ends, pkt []byte, icrc *[wire.ICRCLen]byte) (int, error) {
+	hl, err := EncodeHeaders(h, e, len(pkt)+wire.ICRCLen)
+	if err != nil {
+		return 0, err
+	}
+	wire.PutICRC(icrc[:], wire.ComputeICRCFromHeaders(h[wire.EthernetLen:hl], pkt))
+	if hl == MaxHeaderLen {
+		wire.UDP(h[hl-wire.UDPLen:]).SetChecksum(UDP6Checksum(h, pkt, icrc[:]))
+	}
+	return hl, nil
+}
+
+// UDP6Checksum returns the UDP checksum of an IPv6 frame whose headers
+// are in h and whose UDP payload is pkt followed by icrc.
+func UDP6Checksum(h []byte, pkt, icrc []byte) uint16 {
+	ip := wire.IPv6(h[wire.EthernetLen:])
+	u := wire.UDP(h[wire.EthernetLen+wire.IPv6Len:])
+	s := wire.ChecksumUpdate(0, ip[8:40]) // source and destination
+	s += wire.IPProtoUDP + uint32(u.Length())
+	s = wire.ChecksumUpdate(s, u[:6])
+	// pkt may have an odd length: sum pkt|icrc as one even-aligned stream.
+	if len(pkt)%2 == 0 {
+		s = wire.ChecksumUpdate(s, pkt)
+		s = wire.ChecksumUpdate(s, icrc)
+	} else {
+		s = wire.ChecksumUpdate(s, pkt[:len(pkt)-1])
+		var mid [6]byte
+		mid[0] = pkt[len(pkt)-1]
+		copy(mid[1:], icrc)
+		s = wire.ChecksumUpdate(s, mid[:5])
+	}
+	c := wire.ChecksumFold(s)
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
+}
+
+// Frame is what Decode finds in a frame carrying a RoCEv2 packet.
+type Frame struct {
+	// IPUDP is the IP and UDP headers, which the ICRC covers.
+	IPUDP []byte
+	// Pkt is the RoCEv2 packet from the BTH through the ICRC.
+	Pkt []byte
+	// Src is the sender's IP address and UDP port, Dst the destination IP.
+	Src netip.AddrPort
+	Dst netip.Addr
+}
+
+// Decode checks a received frame and locates its RoCEv2 packet. ok is
+// false for anything but a whole, unfragmented Ethernet/IPv4-without-
+// options or IPv6/UDP frame to port 4791 carrying at least a BTH and an
+// ICRC.
+func Decode(f []byte) (fr Frame, ok bool) {
+	if len(f) < wire.EthernetLen {
+		return fr, false
+	}
+	var u wire.UDP
+	rest := f[wire.EthernetLen:]
+	switch wire.Ethernet(f).EtherType() {
+	case wire.EtherTypeIPv4:
+		ip := wire.IPv4(rest)
+		if !ip.IsValid(len(rest)) || ip.HeaderLen() != wire.IPv4MinLen || ip.Protocol() != wire.IPProtoUDP ||
+			ip.Flags()&wire.IPv4MoreFragments != 0 || ip.FragOffset() != 0 {
+			return fr, false
+		}
+		u = wire.UDP(ip.Payload())
+		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
+		fr.Dst = ip.Dst()
+		fr.IPUDP = rest[: wire.IPv4MinLen+wire.UDPLen : wire.IPv4MinLen+wire.UDPLen]
+	case wire.EtherTypeIPv6:
+		ip := wire.IPv6(rest)
+		if !ip.IsValid(len(rest)) || ip.NextHeader() != wire.IPProtoUDP {
+			return fr, false
+		}
+		u = wire.UDP(ip.Payload())
+		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
+		fr.Dst = ip.Dst()
+		fr.IPUDP = rest[: wire.IPv6Len+wire.UDPLen : wire.IPv6Len+wire.UDPLen]
+	default:
+		return fr, false
+	}
+	if !u.IsValid(len(u)) || int(u.Length()) != len(u) || u.DstPort() != link.RoCEv2Port ||
+		len(u)-wire.UDPLen < wire.BTHLen+wire.ICRCLen {
+		return Frame{}, false
+	}
+	fr.Src = netip.AddrPortFrom(fr.Src.Addr(), u.SrcPort())
+	fr.Pkt = u.Payload()
+	return fr, true
+}
+
+// Deliver fills p from a decoded frame, checking its ICRC: p.Buf becomes
+// a view of the frame.
+func Deliver(p *link.Packet, fr *Frame) {
+	n := len(fr.Pkt) - wire.ICRCLen
+	p.Buf = fr.Pkt
+	p.N = n
+	p.Addr = fr.Src
+	if wire.ComputeICRCFromHeaders(fr.IPUDP, fr.Pkt[:n]) == wire.ICRCOf(fr.Pkt[n:]) {
+		p.ICRC = link.ICRCGood
+	} else {
+		p.ICRC = link.ICRCBad
+	}
+}

@@ -1,0 +1,135 @@
+package ethframe
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+var (
+	addrA = netip.MustParseAddrPort("192.0.2.1:4791")
+	addrB = netip.MustParseAddrPort("192.0.2.2:4791")
+	macA  = wire.MAC{2, 0, 0, 0, 0, 1}
+	macB  = wire.MAC{2, 0, 0, 0, 0, 2}
+)
+
+// mkPkt returns an n-byte packet whose first bytes look like a BTH.
+func mkPkt(n int, seed byte) []byte {
+	b := make([]byte, n, n+wire.ICRCLen)
+	for i := range b {
+		b[i] = seed + byte(i)
+	}
+	return b
+}
+
+// frame builds a whole frame from src to dst as a link sends it.
+func frame(t testing.TB, src, dst netip.AddrPort, pkt []byte) []byte {
+	e := Ends{SrcMAC: macB, DstMAC: macA, Src: src, Dst: dst}
+	var h [MaxHeaderLen]byte
+	var icrc [wire.ICRCLen]byte
+	hl, err := Headers(h[:], &e, pkt, &icrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(append(append([]byte(nil), h[:hl]...), pkt...), icrc[:]...)
+}
+
+func TestUDP6Checksum(t *testing.T) {
+	src := netip.MustParseAddrPort("[fd00::1]:4791")
+	dst := netip.MustParseAddrPort("[fd00::2]:4791")
+	for _, n := range []int{12, 13, 14, 15, 101} {
+		f := frame(t, src, dst, mkPkt(n, byte(n)))
+		u := wire.UDP(f[wire.EthernetLen+wire.IPv6Len:])
+		got := u.Checksum()
+		u.SetChecksum(0)
+		if want := u.CalculateChecksum(src.Addr(), dst.Addr()); got != want {
+			t.Fatalf("n=%d: %#x, want %#x", n, got, want)
+		}
+	}
+}
+
+func TestIPv4Header(t *testing.T) {
+	f := frame(t, addrB, addrA, mkPkt(50, 1))
+	ip := wire.IPv4(f[wire.EthernetLen:])
+	if !ip.ChecksumValid() || ip.ID() != 0 || ip.Flags() != wire.IPv4DontFragment || wire.UDP(ip.Payload()).Checksum() != 0 {
+		t.Fatalf("IPv4 header %x", []byte(ip[:wire.IPv4MinLen]))
+	}
+	if e := wire.Ethernet(f); e.Dst() != macA || e.Src() != macB {
+		t.Fatalf("Ethernet header %x", f[:wire.EthernetLen])
+	}
+	if _, err := EncodeHeaders(make([]byte, MaxHeaderLen), &Ends{Src: addrA, Dst: netip.MustParseAddrPort("[::1]:4791")}, 20); err == nil {
+		t.Fatal("mixed IP versions accepted")
+	}
+}
+
+func TestDecode(t *testing.T) {
+	pkt := mkPkt(50, 1)
+	f := frame(t, addrB, addrA, pkt)
+	fr, ok := Decode(f)
+	if !ok || fr.Src != addrB || fr.Dst != addrA.Addr() || len(fr.Pkt) != len(pkt)+wire.ICRCLen ||
+		len(fr.IPUDP) != wire.IPv4MinLen+wire.UDPLen {
+		t.Fatalf("decode: ok %v frame %+v", ok, fr)
+	}
+	var p link.Packet
+	Deliver(&p, &fr)
+	if p.ICRC != link.ICRCGood || !bytes.Equal(p.Bytes(), pkt) || p.Addr != addrB {
+		t.Fatalf("deliver: %v %v", p.ICRC, p.Addr)
+	}
+	bad := append([]byte(nil), f...)
+	bad[len(bad)-10] ^= 1
+	fr, _ = Decode(bad)
+	if Deliver(&p, &fr); p.ICRC != link.ICRCBad {
+		t.Fatal("corrupted payload passed the ICRC")
+	}
+	// Ethernet padding after the IP datagram is ignored.
+	padded := append(append([]byte(nil), f...), 0, 0, 0, 0)
+	if fr, ok := Decode(padded); !ok || len(fr.Pkt) != len(pkt)+wire.ICRCLen {
+		t.Fatal("padded frame")
+	}
+	frag := append([]byte(nil), f...)
+	frag[wire.EthernetLen+6] |= 0x20 // MF
+	port := append([]byte(nil), f...)
+	port[wire.EthernetLen+wire.IPv4MinLen+3] = 1 // UDP port 4609
+	for name, b := range map[string][]byte{"fragment": frag, "port": port, "short": f[:30]} {
+		if _, ok := Decode(b); ok {
+			t.Fatalf("%s accepted", name)
+		}
+	}
+}
+
+// inside reports whether v is a slice of b.
+func inside(v, b []byte) bool {
+	if len(v) == 0 {
+		return true
+	}
+	for i := range len(b) - len(v) + 1 {
+		if &b[i] == &v[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzDecode checks that whatever a peer puts in a frame, decoding
+// returns views inside it and the ICRC check runs without fault.
+func FuzzDecode(f *testing.F) {
+	f.Add(frame(f, addrB, addrA, mkPkt(40, 1)))
+	f.Add(frame(f, netip.MustParseAddrPort("[::1]:4791"), netip.MustParseAddrPort("[::2]:4791"), mkPkt(41, 2)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, ok := Decode(b)
+		if !ok {
+			return
+		}
+		if !inside(fr.IPUDP, b) || !inside(fr.Pkt, b) || len(fr.Pkt) < wire.BTHLen+wire.ICRCLen {
+			t.Fatal("views outside the frame")
+		}
+		var p link.Packet
+		Deliver(&p, &fr)
+		if cap(p.Buf) < p.N+wire.ICRCLen {
+			t.Fatal("delivered buffer too short for the ICRC")
+		}
+	})
+}

@@ -1,0 +1,58 @@
+package link
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// OpenConfig is what a registered link is opened with. Links that have
+// their own addressing (a DPDK port configured through its knobs) may
+// ignore it.
+type OpenConfig struct {
+	// Addr is the local IP address the caller would use, or the zero
+	// Addr.
+	Addr netip.Addr
+}
+
+// Opener opens a registered link.
+type Opener func(OpenConfig) (Link, error)
+
+var links = struct {
+	sync.Mutex
+	m map[string]Opener
+}{m: make(map[string]Opener)}
+
+// Register makes a link type available by name to code that does not
+// import it: a link package behind a build tag (dpdk) registers itself in
+// its init function. It panics if the name is taken, as a programming
+// error.
+func Register(name string, open Opener) {
+	links.Lock()
+	defer links.Unlock()
+	if _, dup := links.m[name]; dup {
+		panic(fmt.Sprintf("link: %q registered twice", name))
+	}
+	links.m[name] = open
+}
+
+// Lookup returns the opener of the link registered as name.
+func Lookup(name string) (Opener, bool) {
+	links.Lock()
+	defer links.Unlock()
+	open, ok := links.m[name]
+	return open, ok
+}
+
+// Registered returns the names of the registered links, sorted.
+func Registered() []string {
+	links.Lock()
+	defer links.Unlock()
+	names := make([]string, 0, len(links.m))
+	for n := range links.m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
