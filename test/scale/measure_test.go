@@ -2,6 +2,7 @@ package scale
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -21,6 +22,7 @@ type usage struct {
 	Sys        uint64 `json:"sys"` // everything the Go runtime took from the OS
 	FDs        int    `json:"fds"`
 	Goroutines int    `json:"goroutines"`
+	Maps       int    `json:"maps"` // lines of /proc/self/maps (vm.max_map_count bounds them)
 	Devices    int    `json:"devices"`
 	Registered uint64 `json:"registered"` // bytes registered on all devices
 	RDMAConns  int    `json:"rdma_conns"`
@@ -43,6 +45,11 @@ func measure() (usage, error) {
 	if u.RSSKiB, u.HWMKiB, err = rss(); err != nil {
 		return u, err
 	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return u, err
+	}
+	u.Maps = bytes.Count(maps, []byte("\n"))
 	st := netconn.Snapshot()
 	u.Devices, u.Registered, u.TCPConns = len(st.Devices), st.RegisteredBytes, len(st.TCPConns)
 	for _, d := range st.Devices {
@@ -105,6 +112,6 @@ func perConn(base, u usage, n int) string {
 }
 
 func (u usage) String() string {
-	return fmt.Sprintf("RSS %d MiB (peak %d MiB), Go heap %d MiB, Go sys %d MiB, fds %d, goroutines %d, devices %d, registered %d MiB, conns %d RDMA + %d TCP",
-		u.RSSKiB>>10, u.HWMKiB>>10, u.HeapAlloc>>20, u.Sys>>20, u.FDs, u.Goroutines, u.Devices, u.Registered>>20, u.RDMAConns, u.TCPConns)
+	return fmt.Sprintf("RSS %d MiB (peak %d MiB), Go heap %d MiB, Go sys %d MiB, fds %d, maps %d, goroutines %d, devices %d, registered %d MiB, conns %d RDMA + %d TCP",
+		u.RSSKiB>>10, u.HWMKiB>>10, u.HeapAlloc>>20, u.Sys>>20, u.FDs, u.Maps, u.Goroutines, u.Devices, u.Registered>>20, u.RDMAConns, u.TCPConns)
 }

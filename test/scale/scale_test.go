@@ -25,10 +25,11 @@ import (
 )
 
 var (
-	nConns  = flag.Int("scale.conns", 200, "concurrent connections the server process holds")
-	link    = flag.String("scale.link", netconn.LinkUDP, "soft-RoCE link of both processes (udp, or auto to show the memif cap)")
-	size    = flag.Int("scale.size", 4096, "bytes each connection carries each way")
-	dialers = flag.Int("scale.dialers", 32, "dials in flight at once (the listener's pending handshakes are bounded at 64)")
+	nConns      = flag.Int("scale.conns", 200, "concurrent connections the server process holds")
+	link        = flag.String("scale.link", netconn.LinkUDP, "soft-RoCE link of both processes (udp, or auto to show the memif cap)")
+	size        = flag.Int("scale.size", 4096, "bytes each connection carries each way")
+	heapProfile = flag.String("scale.heapprofile", "", "write the server's heap profile, taken while it holds every connection, to this file")
+	dialers     = flag.Int("scale.dialers", 32, "dials in flight at once (the listener's pending handshakes are bounded at 64)")
 )
 
 // raceMaxConns is the most connections a run under -race holds: each
@@ -58,6 +59,9 @@ func TestScale(t *testing.T) {
 	args := serverArgs{conns: n, link: *link, size: *size, workers: *dialers}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), args.env())
+	if *heapProfile != "" {
+		cmd.Env = append(cmd.Env, heapProfileEnv+"="+*heapProfile)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -179,11 +183,18 @@ func TestScale(t *testing.T) {
 
 	// Close all; the server must come back to where it started.
 	start = time.Now()
-	for i, c := range conns {
-		if err := c.Close(); err != nil {
-			t.Errorf("close conn %d: %v", i, err)
-		}
+	// Each Close waits for the peer to acknowledge its CLOSE: a round
+	// trip, so they go a bounded number at once.
+	errs = forEach(n, *dialers, func(i int) error {
+		err := conns[i].Close()
 		conns[i] = nil
+		if err != nil {
+			return fmt.Errorf("conn %d: %w", i, err)
+		}
+		return nil
+	})
+	if len(errs) > 0 {
+		t.Errorf("%d of %d closes failed, first: %v", len(errs), n, errs[0])
 	}
 	t.Logf("client closed %d in %.1f s", n, time.Since(start).Seconds())
 	if _, err := io.WriteString(stdin, "close\n"); err != nil {

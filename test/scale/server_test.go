@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,10 @@ import (
 // serverEnv, in the environment of the test binary, makes it the server:
 // "conns,link,size,workers".
 const serverEnv = "RSOCK_SCALE_SERVER"
+
+// heapProfileEnv names a file for the server's heap profile, written
+// while it holds every connection (-scale.heapprofile).
+const heapProfileEnv = "RSOCK_SCALE_HEAPPROFILE"
 
 // reportPrefix starts each line of the server's reports on its stdout.
 const reportPrefix = "scale-report "
@@ -116,6 +121,11 @@ func runServer(spec string) int {
 	if err != nil {
 		return fail("accepted", err)
 	}
+	if f := os.Getenv(heapProfileEnv); f != "" {
+		if err := writeHeapProfile(f); err != nil {
+			return fail("accepted", err)
+		}
+	}
 	emit(report{Phase: "accepted", Usage: u, Secs: secs, Transports: transports})
 
 	// Echo: a few workers, each takes the next connection, reads a.size
@@ -196,4 +206,16 @@ func describe(c net.Conn) string {
 		return nc.Transport() + " (" + r + ")"
 	}
 	return nc.Transport()
+}
+
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
