@@ -172,9 +172,16 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		memifWhy  string // why a same-host connection is not on memif
 		wantMemif = set.memif() && sameHost(local, remote)
 	)
-	if wantMemif && !memifRoom() {
+	memifSlot := false // a slot from reserveMemif, until acceptOffer takes it
+	defer func() {
+		if memifSlot {
+			releaseMemif()
+		}
+	}()
+	if wantMemif && !reserveMemif() {
 		memifWhy = errMemifFull.Error()
 	} else if wantMemif {
+		memifSlot = true
 		if offer, err = newMemifOffer(local, deadline); err != nil {
 			memifWhy = err.Error()
 		} else {
@@ -231,6 +238,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		// that link, and let the udp endpoint go.
 		var mdev *sharedDevice
 		var mep *rsock.Endpoint
+		memifSlot = false
 		mdev, mep, err = acceptOffer(offer, deadline, local, set.stream)
 		if err != nil {
 			err = fmt.Errorf("memif: %w", err)

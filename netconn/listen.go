@@ -351,7 +351,7 @@ var errMemifSetup = errors.New("memif setup failed")
 // its own device over that link, and connects that pair to the one the
 // dialer confirms with.
 func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip.Addr) (*Conn, error) {
-	if !memifRoom() {
+	if !reserveMemif() {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
 	}
 	dev, ep, err := connectOffer(hello, time.Now().Add(l.handshake), local, l.set.stream)

@@ -48,15 +48,35 @@ const (
 // tests.
 var maxMemifConns int64 = 64
 
-// memifConns counts the process's open memif devices.
+// memifConns counts the process's memif slots taken: open memif devices,
+// and handshakes that may open one (see reserveMemif).
 var memifConns atomic.Int64
 
 // errMemifFull is why a connection does not use memif when the process
 // has maxMemifConns of them.
 var errMemifFull = errors.New("this process has the most memif connections it opens; this one uses udp")
 
-// memifRoom reports whether another memif connection may open.
-func memifRoom() bool { return memifConns.Load() < maxMemifConns }
+// reserveMemif takes one of the process's maxMemifConns memif slots, or
+// reports false when all are taken. It is taken when a handshake offers
+// or takes memif, not when the device opens a handshake later, so that
+// concurrent handshakes cannot all pass the cap. The slot is given back
+// with releaseMemif, or passes to the device that acceptOffer or
+// connectOffer opens, which gives it back when it closes; those two give
+// it back themselves when they fail.
+func reserveMemif() bool {
+	for {
+		n := memifConns.Load()
+		if n >= maxMemifConns {
+			return false
+		}
+		if memifConns.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// releaseMemif gives back a slot from reserveMemif that opened no device.
+func releaseMemif() { memifConns.Add(-1) }
 
 // sameHost reports whether a TCP connection from local to remote stays on
 // this host (and network namespace, where abstract sockets live).

@@ -123,8 +123,7 @@ func openMemifDevice(l *memif.Link, ip netip.Addr) (*sharedDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.private = true
-	memifConns.Add(1)
+	d.private = true // its memif slot was taken by reserveMemif
 	return d, nil
 }
 
@@ -140,34 +139,40 @@ func openWireDevice(key deviceKey, wire string) (*sharedDevice, error) {
 }
 
 // acceptOffer takes the link the listener connected to an offer and makes
-// an endpoint on a device over it (the dialer's side).
+// an endpoint on a device over it (the dialer's side). It takes over the
+// caller's memif slot (reserveMemif).
 func acceptOffer(offer *memifOffer, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	l, err := offer.take(deadline)
 	if err != nil {
+		releaseMemif()
 		return nil, nil, err
 	}
 	return memifEndpoint(l, local, stream)
 }
 
 // connectOffer connects to a dialer's memif offer and makes an endpoint
-// on a device over it (the listener's side).
+// on a device over it (the listener's side). It takes over the caller's
+// memif slot (reserveMemif).
 func connectOffer(hello *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	l, err := dialMemif(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
 	if err != nil {
+		releaseMemif()
 		return nil, nil, err
 	}
 	return memifEndpoint(l, local, stream)
 }
 
-// memifEndpoint makes an endpoint on a connection's private device over l.
+// memifEndpoint makes an endpoint on a connection's private device over l,
+// which takes the caller's memif slot; on failure the slot is given back.
 func memifEndpoint(l *memif.Link, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	dev, err := openMemifDevice(l, local)
 	if err != nil {
+		releaseMemif()
 		return nil, nil, err
 	}
 	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
 	if err != nil {
-		releaseDevice(dev)
+		releaseDevice(dev) // and its slot
 		return nil, nil, err
 	}
 	return dev, ep, nil

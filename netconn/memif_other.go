@@ -22,10 +22,12 @@ func newMemifOffer(netip.Addr, time.Time) (*memifOffer, error) { return nil, err
 func (o *memifOffer) close() {}
 
 func acceptOffer(*memifOffer, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	releaseMemif()
 	return nil, nil, errNoMemif
 }
 
 func connectOffer(*fallback.Hello, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	releaseMemif()
 	return nil, nil, errNoMemif
 }
 

@@ -3,6 +3,7 @@
 package netconn
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -309,5 +310,74 @@ func TestMemifConnsBounded(t *testing.T) {
 	defer s3.Close()
 	if transport(c3) != trMemif {
 		t.Fatalf("after a memif connection closed: %q (%q)", transport(c3), c3.(*Conn).FallbackReason())
+	}
+}
+
+// TestMemifConnsBoundedConcurrent: dialers racing for the last memif
+// connections of the process never get more than maxMemifConns of them
+// (a slot is taken when a dialer offers memif or a listener takes the
+// offer, not when the device opens, a handshake later), every connection
+// ends on RDMA, and closing them all gives every slot back.
+func TestMemifConnsBoundedConcurrent(t *testing.T) {
+	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
+	start := memifConns.Load()
+	maxMemifConns = start + 4 // two pairs' ends
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
+	const n = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		conns   []net.Conn
+		dialErr = make(chan error, n)
+	)
+	for range n {
+		wg.Go(func() {
+			c, err := (&Dialer{Link: LinkAuto, Stream: streamSmall}).DialContext(context.Background(), "tcp", ln.Addr().String())
+			if err != nil {
+				dialErr <- err
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		})
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		conns = append(conns, s)
+		mu.Unlock()
+	}
+	wg.Wait()
+	close(dialErr)
+	for err := range dialErr {
+		t.Fatal(err)
+	}
+	onMemif := 0
+	for _, c := range conns {
+		switch transport(c) {
+		case trMemif:
+			onMemif++
+		case trUDP:
+		default:
+			t.Errorf("a connection on %q (%q)", transport(c), c.(*Conn).FallbackReason())
+		}
+	}
+	if onMemif > 4 || memifConns.Load()-start > 4 {
+		t.Errorf("%d connection ends on memif, %d memif slots taken: the cap is 4", onMemif, memifConns.Load()-start)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if got := memifConns.Load(); got != start {
+		t.Errorf("memif slots after closing every connection: %d, want %d", got, start)
 	}
 }

@@ -1,0 +1,27 @@
+// Package scale holds many rsock connections between two processes: the
+// test binary re-executes itself as a server process, and the test dials
+// it -scale.conns times, waits until every connection is accepted, sends
+// 4 KiB on each and checks the echo, then closes them all and checks that
+// the server is back where it started (file descriptors, goroutines, no
+// device left). It has tests only.
+//
+// The server reports, while it holds every connection, its RSS (VmRSS and
+// VmHWM), Go heap, file descriptors, goroutines, devices and registered
+// bytes, and its accept rate; the test logs them with the client's, per
+// connection, and how many connections ended on RDMA and how many on TCP
+// (and why).
+//
+// The link is udp (-scale.link): a process's udp devices are shared by
+// all its connections, while a memif link is one per connection and is
+// capped at 64 per process by design; -scale.link=auto shows that the
+// connections past that cap go to the udp link.
+//
+// The default run holds 200 connections so that CI stays fast; the run of
+// the README's numbers is
+//
+//	go test ./test/scale/ -run TestScale -v -timeout 30m -scale.conns=10000
+//
+// Under -race, which caps a process at 8128 live goroutines, a run holds
+// at most 4000 connections: each holds one goroutine (its control
+// connection's reader) on either side.
+package scale
