@@ -3,13 +3,13 @@
 package rdmacore
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
 )
 
@@ -119,23 +119,21 @@ func connect(t testing.TB, a, b *node, mtu verbs.MTU, access verbs.Access) {
 	}
 }
 
-func (n *node) sge(off, length int) verbs.SGE {
-	return verbs.SGE{Addr: n.mr.Addr() + uint64(off), Length: uint32(length), LKey: n.mr.LKey()}
+// vt is the node as the shared operation suite sees it.
+func (n *node) vt() *verbstest.Node {
+	return &verbstest.Node{QP: n.qp, SendCQ: n.scq, RecvCQ: n.rcq, Buf: n.buf, MR: n.mr}
 }
+
+func (n *node) sge(off, length int) verbs.SGE { return n.vt().SGE(off, length) }
 
 func (n *node) postSend(wr verbs.SendWR) {
 	n.t.Helper()
-	wr.Flags |= verbs.SendSignaled
-	if _, err := n.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-		n.t.Fatal(err)
-	}
+	n.vt().PostSend(n.t, wr)
 }
 
 func (n *node) postRecv(id uint64, off, length int) {
 	n.t.Helper()
-	if _, err := n.qp.PostRecv([]verbs.RecvWR{{ID: id, SGL: []verbs.SGE{n.sge(off, length)}}}); err != nil {
-		n.t.Fatal(err)
-	}
+	n.vt().PostRecv(n.t, id, off, length)
 }
 
 // wcTimeout is generous: the device tests run on rxe in emulated guests.
@@ -144,28 +142,10 @@ const wcTimeout = 60 * time.Second
 // waitWC returns the next completion of cq, waiting through Wait.
 func waitWC(t testing.TB, cq verbs.CQ) verbs.WC {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wcTimeout)
-	defer cancel()
-	var wc [1]verbs.WC
-	for {
-		n, err := cq.Poll(wc[:])
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-		if n == 1 {
-			return wc[0]
-		}
-		if err := cq.Wait(ctx); err != nil {
-			t.Fatalf("no completion within %v: %v", wcTimeout, err)
-		}
-	}
+	return verbstest.WaitWC(t, cq, wcTimeout)
 }
 
 func expectWC(t testing.TB, cq verbs.CQ, id uint64, op verbs.WCOpcode, st verbs.WCStatus) verbs.WC {
 	t.Helper()
-	wc := waitWC(t, cq)
-	if wc.WRID != id || wc.Opcode != op || wc.Status != st {
-		t.Fatalf("got %v, want id=%d %v %v", wc, id, op, st)
-	}
-	return wc
+	return verbstest.ExpectWC(t, cq, id, op, st, wcTimeout)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
 )
@@ -36,7 +37,7 @@ func TestSelectiveRepeatResendsLess(t *testing.T) {
 		const size, slots = 256 << 10, 8
 		for id := uint64(1); id <= 100; id++ {
 			off := int(id%slots) * size
-			fillRandom(r, a.buf[off:off+size])
+			verbstest.FillRandom(r, a.buf[off:off+size])
 			b.postRecv(id, 0, 0)
 			a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.sge(off, size)},
 				RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
@@ -94,7 +95,7 @@ func lossyTransfer(t *testing.T, selective bool) {
 			off := slot * chunk
 			size := chunk - r.IntN(4096)
 			src := a.buf[off : off+size]
-			fillRandom(r, src)
+			verbstest.FillRandom(r, src)
 			sentHash.Write(src)
 			id++
 			if id%2 == 0 {
@@ -176,7 +177,7 @@ func lossyReads(t *testing.T, selective bool) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := uint64(1); i <= 40; i++ {
 		size := 1 + r.IntN(1<<20)
-		fillRandom(r, b.buf[:size])
+		verbstest.FillRandom(r, b.buf[:size])
 		a.postSend(verbs.SendWR{ID: i, Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{a.sge(1<<20, size)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 		expectWC(t, a.scq, i, verbs.WCRDMARead, verbs.WCSuccess)
@@ -201,7 +202,7 @@ func TestCorruption(t *testing.T) {
 	faults := pipe.Faults{Corrupt: 0.05, Seed: 13}
 	a, b := newPair(t, pipeLinks, faults, pairOpts{mtu: verbs.MTU1024, timeout: 11})
 	size := 1 << 20
-	fillRandom(rand.New(rand.NewPCG(1, 1)), a.buf[:size])
+	verbstest.FillRandom(rand.New(rand.NewPCG(1, 1)), a.buf[:size])
 	for i := uint64(1); i <= 4; i++ {
 		a.postSend(verbs.SendWR{ID: i, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, size)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

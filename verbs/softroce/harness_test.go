@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
@@ -192,54 +193,34 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// sge names n bytes at off in the node's buffer.
-func (n *node) sge(off, length int) verbs.SGE {
-	return verbs.SGE{Addr: n.mr.Addr() + uint64(off), Length: uint32(length), LKey: n.mr.LKey()}
+// vt is the node as the shared operation suite sees it.
+func (n *node) vt() *verbstest.Node {
+	return &verbstest.Node{QP: n.qp, SendCQ: n.scq, RecvCQ: n.rcq, Buf: n.buf, MR: n.mr}
 }
+
+// sge names n bytes at off in the node's buffer.
+func (n *node) sge(off, length int) verbs.SGE { return n.vt().SGE(off, length) }
 
 func (n *node) postSend(wr verbs.SendWR) {
 	n.t.Helper()
-	wr.Flags |= verbs.SendSignaled
-	if _, err := n.qp.PostSend([]verbs.SendWR{wr}); err != nil {
-		n.t.Fatal(err)
-	}
+	n.vt().PostSend(n.t, wr)
 }
 
 func (n *node) postRecv(id uint64, off, length int) {
 	n.t.Helper()
-	if _, err := n.qp.PostRecv([]verbs.RecvWR{{ID: id, SGL: []verbs.SGE{n.sge(off, length)}}}); err != nil {
-		n.t.Fatal(err)
-	}
+	n.vt().PostRecv(n.t, id, off, length)
 }
 
 // waitWC returns the next completion of cq, failing the test after timeout.
 func waitWC(t testing.TB, cq verbs.CQ, timeout time.Duration) verbs.WC {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var wc [1]verbs.WC
-	for {
-		n, err := cq.Poll(wc[:])
-		if err != nil {
-			t.Fatalf("poll: %v", err)
-		}
-		if n == 1 {
-			return wc[0]
-		}
-		if err := cq.Wait(ctx); err != nil {
-			t.Fatalf("no completion within %v: %v", timeout, err)
-		}
-	}
+	return verbstest.WaitWC(t, cq, timeout)
 }
 
 // expectWC waits for a completion and checks its id, opcode and status.
 func expectWC(t testing.TB, cq verbs.CQ, id uint64, op verbs.WCOpcode, st verbs.WCStatus) verbs.WC {
 	t.Helper()
-	wc := waitWC(t, cq, 20*time.Second)
-	if wc.WRID != id || wc.Opcode != op || wc.Status != st {
-		t.Fatalf("got %v, want id=%d %v %v", wc, id, op, st)
-	}
-	return wc
+	return verbstest.ExpectWC(t, cq, id, op, st, wcTimeout)
 }
 
 // noWC checks that cq stays empty for a moment.
