@@ -37,6 +37,13 @@ const (
 	// IPv6, UDP, BTH, RETH, ImmDt, payload and ICRC: 4196 bytes) in one
 	// buffer.
 	memifBufferSize = 4224
+	// memifRingSize is the stream ring size of a memif connection when
+	// none is configured, twice rsock's default: a credit report per
+	// 256 KiB read instead of per 128 KiB, and more in flight, gave the
+	// 64 KiB stream about a quarter more throughput and less CPU per byte
+	// on both sides. It costs 2 MiB more address space per connection,
+	// mapped as used, and a process has at most maxMemifConns of them.
+	memifRingSize = 1 << 20
 	// memifAcceptTries bounds the failed memif handshakes (a wrong
 	// secret) that an offer outlives.
 	memifAcceptTries = 8

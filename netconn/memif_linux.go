@@ -170,6 +170,9 @@ func memifEndpoint(l *memif.Link, local netip.Addr, stream rsock.Config) (*share
 		releaseMemif()
 		return nil, nil, err
 	}
+	if stream.RingSize == 0 {
+		stream.RingSize = memifRingSize
+	}
 	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
 	if err != nil {
 		releaseDevice(dev) // and its slot

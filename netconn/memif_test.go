@@ -5,6 +5,7 @@ package netconn
 import (
 	"context"
 	"errors"
+	"github.com/rsock-go/rsock/rsock"
 	"net"
 	"net/netip"
 	"os"
@@ -51,6 +52,32 @@ func TestLinkSelection(t *testing.T) {
 			checkReason(t, "listener", s, tc.listenWhy)
 			echoCheck(t, c, s, 256<<10)
 		})
+	}
+}
+
+// TestMemifRingSize: a memif conn with no ring size configured gets
+// memifRingSize on both ends, one over udp rsock's default, and a
+// configured size holds over memif too.
+func TestMemifRingSize(t *testing.T) {
+	for _, tc := range []struct {
+		link   string
+		config int
+		want   int
+	}{
+		{LinkAuto, 0, memifRingSize},
+		{LinkUDP, 0, rsock.DefaultRingSize},
+		{LinkAuto, 64 << 10, 64 << 10},
+	} {
+		ln := listen(t, ListenConfig{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})
+		c, s := connPair(t, ln, &Dialer{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})
+		for _, conn := range []*Conn{c.(*Conn), s.(*Conn)} {
+			if st := conn.Stats(); st.RingSize != tc.want {
+				t.Errorf("%s, configured %d: %s end has a %d-byte ring, want %d", tc.link, tc.config, st.Transport, st.RingSize, tc.want)
+			}
+		}
+		echoCheck(t, c, s, 256<<10)
+		c.Close()
+		s.Close()
 	}
 }
 

@@ -54,6 +54,9 @@ type ConnStats struct {
 	// or receive requests); SendRingStalls waits for the local send ring.
 	CreditStalls   uint64 `json:"credit_stalls,omitempty"`
 	SendRingStalls uint64 `json:"send_ring_stalls,omitempty"`
+	// RingSize is the size in bytes of the stream's receive and send
+	// rings.
+	RingSize int `json:"ring_size,omitempty"`
 }
 
 // connObs is what a Conn keeps for Stats and logging.
@@ -89,6 +92,7 @@ func (c *Conn) Stats() ConnStats {
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv
 	st.CreditStalls, st.SendRingStalls = s.CreditStalls, s.SendRingStalls
+	st.RingSize = s.RingSize
 	return st
 }
 

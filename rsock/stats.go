@@ -15,6 +15,9 @@ type Stats struct {
 	// SendRingStalls counts the times a writer waited for its own send
 	// ring to drain (writes not yet acknowledged).
 	SendRingStalls uint64
+	// RingSize is the size in bytes of the stream's receive ring (and of
+	// its send ring).
+	RingSize int
 	// QP is the queue pair's statistics, when the device reports them
 	// (verbs.StatsQP); the zero value otherwise.
 	QP verbs.QPStats
@@ -44,6 +47,7 @@ func (s *Stream) Stats() Stats {
 		BytesWritten:   s.prod.Written(),
 		CreditStalls:   s.stalls.credit,
 		SendRingStalls: s.stalls.sendRing,
+		RingSize:       s.e.recv.Size(),
 	}
 	s.mu.Unlock()
 	if q, ok := s.e.qp.(verbs.StatsQP); ok {

@@ -38,6 +38,7 @@ type Capture struct {
 	size    int64 // bytes written
 	err     error // the first write error; writing stopped
 	frame   []byte
+	joined  []byte // a packet delivered in two pieces, joined
 	written atomic.Uint64
 	skipped atomic.Uint64
 	noID    atomic.Uint64
@@ -156,12 +157,13 @@ func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packe
 	defer c.mu.Unlock()
 	for i := range pkts {
 		p := &pkts[i]
-		if c.err != nil || p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) {
+		pkt, ok := c.whole(p)
+		if c.err != nil || !ok {
 			c.skipped.Add(1)
 			continue
 		}
 		src, dst := ends(p)
-		n := c.encode(src, dst, p.Buf[:p.N+wire.ICRCLen], mode)
+		n := c.encode(src, dst, pkt, mode)
 		if n == 0 || c.size+int64(c.pw.RecordLen(n)) > c.limit {
 			c.skipped.Add(1)
 			continue
@@ -275,4 +277,29 @@ func idDeltas(src, dst netip.AddrPort, n int) *[maxGSOID]uint32 {
 func macOf(ip netip.Addr) wire.MAC {
 	b := ip.As16()
 	return wire.MAC{0x02, 0x00, b[12], b[13], b[14], b[15]}
+}
+
+// whole returns p's packet through the ICRC in one piece: p.Buf, or for a
+// packet delivered in two pieces (link.Packet.Tail), the two joined in a
+// buffer of the capture's. The caller holds c.mu.
+func (c *Capture) whole(p *link.Packet) ([]byte, bool) {
+	if p.N < 0 || p.N > len(p.Buf) {
+		return nil, false
+	}
+	if p.Tail == nil {
+		if p.N+wire.ICRCLen > cap(p.Buf) {
+			return nil, false
+		}
+		return p.Buf[:p.N+wire.ICRCLen], true
+	}
+	n := p.N + len(p.Tail) + wire.ICRCLen
+	if cap(p.Tail) < len(p.Tail)+wire.ICRCLen || n > maxPacketLen {
+		return nil, false
+	}
+	if len(c.joined) < n {
+		c.joined = make([]byte, maxPacketLen)
+	}
+	copy(c.joined, p.Buf[:p.N])
+	copy(c.joined[p.N:n], p.Tail[:len(p.Tail)+wire.ICRCLen])
+	return c.joined[:n], true
 }

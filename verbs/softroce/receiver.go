@@ -99,7 +99,13 @@ func (rx *receiver) handle(p *link.Packet) {
 	case link.ICRCUnverified:
 		d.stats.add(cICRCUnverified, 1)
 	}
-	pkt, err := wire.Parse(p.Bytes())
+	var pkt wire.Packet
+	var err error
+	if p.Tail != nil {
+		pkt, err = wire.ParseSplit(p.Bytes(), p.Tail)
+	} else {
+		pkt, err = wire.Parse(p.Bytes())
+	}
 	if err != nil || pkt.BTH.PKey()&0x7fff != 0x7fff {
 		d.stats.add(cMalformed, 1)
 		return

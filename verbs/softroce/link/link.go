@@ -72,6 +72,17 @@ type Packet struct {
 	Addr netip.AddrPort
 	// ICRC is set by Recv.
 	ICRC ICRCStatus
+	// Tail, when not nil, is the rest of a received packet, left where the
+	// link found it instead of copied: the packet is Buf[:N] (then only its
+	// headers, BTH through the extended transport headers) followed by
+	// Tail (the payload and pad bytes), and cap(Tail) is at least
+	// len(Tail)+4, the ICRC following it. A link sets it for a packet whose
+	// payload lies in memory it shares with its peer (memif): only there is
+	// the payload read, once, by the copy that places it. The peer can
+	// still write those bytes, so they are read once, never checked and
+	// then trusted. Tail is valid as Buf is, and only in a
+	// Looper's batch. Send ignores it.
+	Tail []byte
 }
 
 // Bytes returns Buf[:N].

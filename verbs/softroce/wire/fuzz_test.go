@@ -98,3 +98,51 @@ func FuzzParse(f *testing.F) {
 		_ = op.String()
 	})
 }
+
+// FuzzParseSplit checks ParseSplit against Parse: split after the
+// opcode's headers, it accepts exactly what Parse accepts of the joined
+// packet, with the same headers and payload, its views inside their
+// pieces; split anywhere else it fails.
+func FuzzParseSplit(f *testing.F) {
+	for i := range 256 {
+		if op := Opcode(i); op.Valid() {
+			f.Add(mkPacket(op, 0, 0), op.HeaderLen())
+			f.Add(append(mkPacket(op, 0, 0), make([]byte, 64)...), op.HeaderLen())
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, cut int) {
+		if cut < 0 || cut > len(b) {
+			return
+		}
+		head, tail := b[:cut:cut], b[cut:]
+		sp, serr := ParseSplit(head, tail)
+		whole, werr := Parse(b)
+		if serr != nil {
+			if sp.BTH != nil || sp.Payload != nil {
+				t.Fatalf("views returned with error %v", serr)
+			}
+			if werr == nil && len(b) >= BTHLen && cut == whole.BTH.Opcode().HeaderLen() {
+				t.Fatalf("split at the headers failed (%v), Parse accepted", serr)
+			}
+			return
+		}
+		if werr != nil {
+			t.Fatalf("ParseSplit accepted what Parse rejects: %v", werr)
+		}
+		if cut != sp.BTH.Opcode().HeaderLen() {
+			t.Fatalf("accepted a split at %d, headers are %d", cut, sp.BTH.Opcode().HeaderLen())
+		}
+		for _, v := range [][]byte{sp.BTH, sp.RETH, sp.AETH, sp.Imm, sp.IETH, sp.AtomicETH, sp.AtomicAckETH} {
+			if !within(v, head) {
+				t.Fatal("header view outside head")
+			}
+		}
+		if len(sp.Payload) > 0 && !within(sp.Payload, tail) {
+			t.Fatal("payload view outside tail")
+		}
+		if (sp.Payload == nil) != (whole.Payload == nil) || string(sp.Payload) != string(whole.Payload) ||
+			string(sp.BTH) != string(whole.BTH) || string(sp.RETH) != string(whole.RETH) || string(sp.Imm) != string(whole.Imm) {
+			t.Fatal("ParseSplit and Parse disagree")
+		}
+	})
+}

@@ -169,3 +169,9 @@ func PutICRC(dst []byte, v uint32) { binary.LittleEndian.PutUint32(dst, v) }
 
 // ICRCOf reads a wire-order (little-endian) ICRC from b[0:4].
 func ICRCOf(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+// ComputeICRCFromParts is ComputeICRCFromHeaders for a packet held in two
+// pieces, head (at least the BTH) followed by tail.
+func ComputeICRCFromParts(ipUDP, head, tail []byte) uint32 {
+	return crc32.Update(ComputeICRCFromHeaders(ipUDP, head), crc32.IEEETable, tail)
+}

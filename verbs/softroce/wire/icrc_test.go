@@ -180,3 +180,21 @@ func TestPutICRC(t *testing.T) {
 		t.Errorf("ICRCOf = %#x", got)
 	}
 }
+
+func TestICRCFromParts(t *testing.T) {
+	src, dst := netip.MustParseAddrPort("10.0.0.1:49152"), netip.MustParseAddrPort("10.0.0.2:4791")
+	pkt := make([]byte, 4096+RETHLen+BTHLen)
+	for i := range pkt {
+		pkt[i] = byte(i * 7)
+	}
+	ipUDP := buildIPUDP(src, dst, 0, 0, 64, 0, 0, len(pkt)+ICRCLen)
+	want := ComputeICRCFromHeaders(ipUDP, pkt)
+	for _, cut := range []int{BTHLen, BTHLen + RETHLen, 100, len(pkt)} {
+		if got := ComputeICRCFromParts(ipUDP, pkt[:cut], pkt[cut:]); got != want {
+			t.Errorf("cut at %d: ICRC %#x, want %#x", cut, got, want)
+		}
+	}
+	if got := ComputeICRCFromParts(ipUDP, pkt[:BTHLen], pkt[BTHLen+1:]); got == want {
+		t.Error("a byte left out gave the same ICRC")
+	}
+}

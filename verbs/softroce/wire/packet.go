@@ -15,6 +15,9 @@ var (
 	ErrPad = errors.New("wire: bad pad count or unaligned payload")
 	// ErrPayload means an opcode that carries no payload has trailing bytes.
 	ErrPayload = errors.New("wire: trailing bytes after a payload-less packet")
+	// ErrSplit means the head given to ParseSplit is not exactly the
+	// packet's headers.
+	ErrSplit = errors.New("wire: split packet's head is not its headers")
 )
 
 // Packet holds views into a parsed RC packet (BTH through pad, without
@@ -55,7 +58,16 @@ func view(b []byte, off, n int) []byte { return b[off : off+n : off+n] }
 // already removed), into header views and payload. It does not copy or
 // allocate, and it never panics. Header order after the BTH follows the
 // IBA: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
-func Parse(b []byte) (Packet, error) {
+func Parse(b []byte) (Packet, error) { return parse(b, nil, false) }
+
+// ParseSplit is Parse for a packet held in two pieces: head is exactly its
+// headers, the BTH through the last extended transport header, and tail
+// the payload and pad bytes (the ICRC removed). Header views point into
+// head and Payload into tail.
+func ParseSplit(head, tail []byte) (Packet, error) { return parse(head, tail, true) }
+
+// parse is Parse, or with split ParseSplit.
+func parse(b, tail []byte, split bool) (Packet, error) {
 	var p Packet
 	if len(b) < BTHLen {
 		return p, ErrShort
@@ -73,6 +85,12 @@ func Parse(b []byte) (Packet, error) {
 		return p, ErrShort
 	}
 	rest := len(b) - hl
+	if split {
+		if rest != 0 {
+			return p, ErrSplit
+		}
+		rest = len(tail)
+	}
 	f := info.flags
 	if rest != 0 && f&FlagPayload == 0 {
 		return p, ErrPayload
@@ -109,7 +127,11 @@ func Parse(b []byte) (Packet, error) {
 	if f&FlagIETH != 0 {
 		p.IETH = view(b, off, IETHLen)
 	}
-	if f&FlagPayload != 0 {
+	switch {
+	case f&FlagPayload == 0:
+	case split:
+		p.Payload = view(tail, 0, rest-pad)
+	default:
 		p.Payload = view(b, hl, rest-pad)
 	}
 	return p, nil

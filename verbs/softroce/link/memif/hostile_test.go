@@ -5,32 +5,70 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 )
 
+// receiveWays are the two ways a link receives: Recv, which copies
+// frames out of the shared memory, and RecvLoop, which leaves payloads
+// there (link.Packet.Tail).
+var receiveWays = []string{"Recv", "RecvLoop"}
+
+// touched keeps the bytes receiveUntilErr reads from being optimized away.
+var touched atomic.Uint64
+
+// receiveUntilErr receives on l the given way until it fails, reading
+// every byte of every packet, and returns the error.
+func receiveUntilErr(l *Link, way string) error {
+	pkts := make([]link.Packet, 8)
+	touch := func(ps []link.Packet) {
+		var sum uint64
+		for _, p := range ps {
+			for _, b := range p.Buf[:p.N] {
+				sum += uint64(b)
+			}
+			if p.Tail != nil {
+				for _, b := range p.Tail[:len(p.Tail)+4] {
+					sum += uint64(b)
+				}
+			}
+		}
+		touched.Add(sum)
+	}
+	if way == "RecvLoop" {
+		return l.RecvLoop(pkts, touch)
+	}
+	for {
+		n, err := l.Recv(pkts)
+		if err != nil {
+			return err
+		}
+		touch(pkts[:n])
+	}
+}
+
 // recvErr calls Recv until it fails, or fails the test after a while.
 func recvErr(t *testing.T, l *Link) error {
 	t.Helper()
+	return recvErrVia(t, l, "Recv")
+}
+
+// recvErrVia receives the given way until it fails, or fails the test
+// after a while.
+func recvErrVia(t *testing.T, l *Link, way string) error {
+	t.Helper()
 	errc := make(chan error, 1)
-	go func() {
-		pkts := make([]link.Packet, 8)
-		for {
-			if _, err := l.Recv(pkts); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
+	go func() { errc <- receiveUntilErr(l, way) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-time.After(5 * time.Second):
 		l.Close()
 		<-errc
-		t.Fatal("Recv did not fail")
+		t.Fatalf("%s did not fail", way)
 		return nil
 	}
 }
@@ -76,53 +114,59 @@ func TestHostileC2S(t *testing.T) {
 			r.StoreHead(uint16(size))
 		}, "whole ring"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
-			// The client's mapping of the C2S ring, written behind its
-			// link's back.
-			c.write(cli.tx.ring, int(cli.tx.size), len(cli.regs[0].mem))
-			err := recvErr(t, srv)
-			if !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("Recv: %v, want ErrRing mentioning %q", err, c.want)
-			}
-			peerSees(t, cli, "corrupt ring")
-			if err := srv.Send([]link.Packet{{Buf: mkPkt(20, 0), N: 20, Addr: addrB}}); !errors.Is(err, ErrRing) {
-				t.Fatalf("Send on the failed link: %v", err)
-			}
-		})
+	for _, way := range receiveWays {
+		for _, c := range cases {
+			t.Run(way+"/"+c.name, func(t *testing.T) {
+				srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+				// The client's mapping of the C2S ring, written behind its
+				// link's back.
+				c.write(cli.tx.ring, int(cli.tx.size), len(cli.regs[0].mem))
+				err := recvErrVia(t, srv, way)
+				if !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("%s: %v, want ErrRing mentioning %q", way, err, c.want)
+				}
+				peerSees(t, cli, "corrupt ring")
+				if err := srv.Send([]link.Packet{{Buf: mkPkt(20, 0), N: 20, Addr: addrB}}); !errors.Is(err, ErrRing) {
+					t.Fatalf("Send on the failed link: %v", err)
+				}
+			})
+		}
 	}
 }
 
 func TestLongChain(t *testing.T) {
-	srv, cli := pair(t, Config{}, Config{Log2RingSize: 8})
-	r := cli.tx.ring
-	for i := range maxChain + 1 {
-		r.Desc(i).Encode(DescNext, 0, 8, 0, 0)
-	}
-	r.StoreHead(maxChain + 1)
-	if err := recvErr(t, srv); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "chain longer") {
-		t.Fatalf("Recv: %v", err)
+	for _, way := range receiveWays {
+		srv, cli := pair(t, Config{}, Config{Log2RingSize: 8})
+		r := cli.tx.ring
+		for i := range maxChain + 1 {
+			r.Desc(i).Encode(DescNext, 0, 8, 0, 0)
+		}
+		r.StoreHead(maxChain + 1)
+		if err := recvErrVia(t, srv, way); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "chain longer") {
+			t.Fatalf("%s: %v", way, err)
+		}
 	}
 }
 
 func TestHostileS2C(t *testing.T) {
-	t.Run("tail beyond offered buffers", func(t *testing.T) {
-		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
-		srv.tx.ring.StoreTail(17)
-		if err := recvErr(t, cli); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "offered") {
-			t.Fatalf("Recv: %v", err)
-		}
-		peerSees(t, srv, "corrupt ring")
-	})
-	t.Run("filled descriptor out of bounds", func(t *testing.T) {
-		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
-		srv.tx.ring.Desc(0).Encode(0, 0, 64, 0xfffffff0, 0)
-		srv.tx.ring.StoreTail(1)
-		if err := recvErr(t, cli); !errors.Is(err, ErrRing) {
-			t.Fatalf("Recv: %v", err)
-		}
-	})
+	for _, way := range receiveWays {
+		t.Run(way+"/tail beyond offered buffers", func(t *testing.T) {
+			srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+			srv.tx.ring.StoreTail(17)
+			if err := recvErrVia(t, cli, way); !errors.Is(err, ErrRing) || !strings.Contains(err.Error(), "offered") {
+				t.Fatalf("%s: %v", way, err)
+			}
+			peerSees(t, srv, "corrupt ring")
+		})
+		t.Run(way+"/filled descriptor out of bounds", func(t *testing.T) {
+			srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
+			srv.tx.ring.Desc(0).Encode(0, 0, 64, 0xfffffff0, 0)
+			srv.tx.ring.StoreTail(1)
+			if err := recvErrVia(t, cli, way); !errors.Is(err, ErrRing) {
+				t.Fatalf("%s: %v", way, err)
+			}
+		})
+	}
 	t.Run("offered buffer out of bounds", func(t *testing.T) {
 		srv, cli := pair(t, Config{}, Config{Log2RingSize: 4})
 		cli.rx.ring.Desc(0).Encode(0, 0, 2048, 0xfffff000, 0)
@@ -154,6 +198,12 @@ func TestHostileS2C(t *testing.T) {
 // crash nor touch memory outside the region, and either drops the garbage
 // or fails with ErrRing.
 func TestMovingHead(t *testing.T) {
+	for _, way := range receiveWays {
+		t.Run(way, func(t *testing.T) { movingHead(t, way) })
+	}
+}
+
+func movingHead(t *testing.T, way string) {
 	srv, cli := pair(t, Config{}, Config{Log2RingSize: 5})
 	r := cli.tx.ring
 	size := int(cli.tx.size)
@@ -178,15 +228,7 @@ func TestMovingHead(t *testing.T) {
 		}
 	}()
 	errc := make(chan error, 1)
-	go func() {
-		pkts := make([]link.Packet, 8)
-		for {
-			if _, err := srv.Recv(pkts); err != nil {
-				errc <- err
-				return
-			}
-		}
-	}()
+	go func() { errc <- receiveUntilErr(srv, way) }()
 	var err error
 	select {
 	case err = <-errc:
@@ -202,7 +244,8 @@ func TestMovingHead(t *testing.T) {
 	t.Logf("ended with %v after dropping %d frames", err, srv.Stats().RxDropped)
 }
 
-// FuzzRing runs both receivers and the server's sender over a ring and
+// FuzzRing runs both receivers (both roles, both ways of reading a
+// frame) and the server's sender over a ring and
 // region filled with arbitrary bytes. Whatever the contents, they end
 // (no endless chain) and never index outside the region (the Go bounds
 // checks would panic).
@@ -238,6 +281,12 @@ func FuzzRing(f *testing.F) {
 				continue
 			}
 			for used := 0; used < n; {
+				// RecvLoop's way first: a frame in one buffer is read in place.
+				if buf, one, err := q.single(used); err != nil {
+					break
+				} else if one && len(buf) > 0 {
+					touched.Add(uint64(buf[0]) + uint64(buf[len(buf)-1])) // readable, in the region
+				}
 				k, slots, res, err := q.next(dst, used, n-used)
 				if err != nil || res == rxIncomplete {
 					break

@@ -51,6 +51,11 @@ type Link struct {
 	tx    txQueue
 	txEvt *eventfd.FD // signals the peer
 
+	// batchMu guards inBatch, set while RecvLoop's batch points into the
+	// regions, and unmapAfterBatch, set by a Close during one.
+	batchMu                  sync.Mutex
+	inBatch, unmapAfterBatch bool
+
 	rxMu   sync.Mutex
 	rx     rxQueue
 	rxEvt  *eventfd.FD // the peer signals us
@@ -239,9 +244,7 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 	}
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	for len(l.rxBufs) < len(pkts) {
-		l.rxBufs = append(l.rxBufs, make([]byte, MaxFrameLen))
-	}
+	l.growBufs(len(pkts))
 	for {
 		n, err := l.poll(pkts)
 		if n > 0 || err != nil {
@@ -254,15 +257,101 @@ func (l *Link) Recv(pkts []link.Packet) (int, error) {
 }
 
 // RecvLoop receives batches and hands each to handle until the link is
-// closed or fails; see link.Looper.
+// closed or fails; see link.Looper. Unlike Recv it leaves the payload of a
+// frame held in one buffer where the peer put it (link.Packet.Tail): it
+// copies only the frame's headers, and gives the slots back to the peer
+// after handle returns; Close during a batch leaves the unmapping to the
+// loop.
 func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	l.growBufs(len(pkts))
 	for {
-		n, err := l.Recv(pkts)
+		n, used, err := l.pollInPlace(pkts)
+		if err == nil && n > 0 {
+			handle(pkts[:n])
+			l.received.Add(uint64(n))
+		}
+		if l.endBatch(used) {
+			return link.ErrClosed
+		}
 		if err != nil {
 			return err
 		}
-		handle(pkts[:n])
+		if used == 0 {
+			if err := l.waitRx(); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// growBufs makes sure there is a receive buffer for each of n packets;
+// the caller holds rxMu.
+func (l *Link) growBufs(n int) {
+	for len(l.rxBufs) < n {
+		l.rxBufs = append(l.rxBufs, make([]byte, MaxFrameLen))
+	}
+}
+
+// pollInPlace fills pkts from the frames waiting in the ring as poll does,
+// but for a frame in one buffer it copies only the first
+// ethframe.SplitHeadLen bytes and leaves the payload in the shared memory.
+// It does not release the slots the frames took (used): the packets point
+// into them until the caller releases them.
+func (l *Link) pollInPlace(pkts []link.Packet) (got, used int, err error) {
+	if err := l.enter(); err != nil {
+		return 0, 0, err
+	}
+	defer l.life.RUnlock()
+	avail, err := l.rx.avail()
+	if err != nil {
+		l.fail(err)
+		return 0, 0, err
+	}
+	if avail > 0 {
+		l.batchMu.Lock()
+		l.inBatch = true
+		l.batchMu.Unlock()
+	}
+	for got < len(pkts) && used < avail {
+		buf, one, err := l.rx.single(used)
+		if err != nil {
+			l.fail(err)
+			return 0, 0, err
+		}
+		if one && len(buf) > ethframe.SplitHeadLen && len(buf) <= MaxFrameLen {
+			used++
+			head := l.rxBufs[got][:ethframe.SplitHeadLen]
+			copy(head, buf)
+			if ethframe.DeliverSplit(&pkts[got], head, buf) {
+				got++
+				continue
+			}
+			// Not a frame whose headers fit in head: copy it whole.
+			if l.deliver(&pkts[got], l.rxBufs[got][:copy(l.rxBufs[got], buf)]) {
+				got++
+			} else {
+				l.rxDropped.Add(1)
+			}
+			continue
+		}
+		n, slots, res, err := l.rx.next(l.rxBufs[got], used, avail-used)
+		if err != nil {
+			l.fail(err)
+			return 0, 0, err
+		}
+		if res == rxIncomplete {
+			break
+		}
+		used += slots
+		if res == rxOversize || !l.deliver(&pkts[got], l.rxBufs[got][:n]) {
+			l.rxDropped.Add(1)
+			continue
+		}
+		got++
+	}
+	return got, used, nil
 }
 
 // poll moves the frames waiting in the ring (up to len(pkts)) into the
@@ -415,11 +504,39 @@ func (l *Link) Close() error {
 	l.life.Lock()
 	l.rxEvt.Close()
 	l.txEvt.Close()
-	for i := range l.regs {
-		l.regs[i].close()
+	// A batch that RecvLoop is handling may point into the regions (and
+	// Close may be called from its handler): then the loop unmaps them
+	// once the batch is done.
+	l.batchMu.Lock()
+	now := !l.inBatch
+	l.unmapAfterBatch = l.inBatch
+	l.batchMu.Unlock()
+	if now {
+		l.unmap()
 	}
 	l.life.Unlock()
 	return nil
+}
+
+// unmap releases the shared memory.
+func (l *Link) unmap() {
+	for i := range l.regs {
+		l.regs[i].close()
+	}
+}
+
+// endBatch gives the used slots of a batch RecvLoop handled back to the
+// peer, and unmaps the regions if Close came during the batch.
+func (l *Link) endBatch(used int) (closed bool) {
+	l.batchMu.Lock()
+	defer l.batchMu.Unlock()
+	l.inBatch = false
+	if l.unmapAfterBatch {
+		l.unmap()
+		return true
+	}
+	l.rx.release(used)
+	return false
 }
 
 // RingState describes the rings' shared indexes and this side's own, for

@@ -207,26 +207,41 @@ func TestReceivedFrames(t *testing.T) {
 	}
 }
 
+// TestRecvLoop checks the loop's batches: every packet arrives intact,
+// those in one buffer with their payload left in the shared memory
+// (Tail) and those chained over several buffers copied whole; a Close
+// from inside the handler ends the loop.
 func TestRecvLoop(t *testing.T) {
-	srv, cli := pair(t, Config{}, Config{})
+	srv, cli := pair(t, Config{}, Config{}) // 2048-byte buffers
+	sizes := []int{100, 1500, 4000}
 	const n = 300
 	done := make(chan error, 1)
-	got := 0
+	got, split := 0, 0
+	var bad error
 	go func() {
 		done <- srv.RecvLoop(make([]link.Packet, 8), func(pkts []link.Packet) {
 			for _, p := range pkts {
-				if p.ICRC != link.ICRCGood || p.N != 100 {
-					panic(fmt.Sprintf("bad packet %v %d", p.ICRC, p.N))
+				want := mkPkt(sizes[got%len(sizes)], byte(got))
+				b := append(append([]byte(nil), p.Buf[:p.N]...), p.Tail...)
+				switch {
+				case bad != nil:
+				case p.ICRC != link.ICRCGood || !bytes.Equal(b, want):
+					bad = fmt.Errorf("packet %d: ICRC %v, %d bytes, want %d", got, p.ICRC, len(b), len(want))
+				case p.Tail != nil && (len(want) > 2048 || p.N != wire.BTHLen):
+					bad = fmt.Errorf("packet %d of %d bytes split after %d bytes", got, len(want), p.N)
+				case p.Tail != nil:
+					split++
 				}
+				got++
 			}
-			got += len(pkts)
 			if got == n {
 				srv.Close()
 			}
 		})
 	}()
 	for i := range n {
-		if err := cli.Send([]link.Packet{{Buf: mkPkt(100, byte(i)), N: 100, Addr: addrA}}); err != nil {
+		size := sizes[i%len(sizes)]
+		if err := cli.Send([]link.Packet{{Buf: mkPkt(size, byte(i)), N: size, Addr: addrA}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,6 +252,12 @@ func TestRecvLoop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("RecvLoop did not finish")
+	}
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	if split != 2*n/3 {
+		t.Fatalf("%d packets left in place, want the %d in one buffer", split, 2*n/3)
 	}
 }
 

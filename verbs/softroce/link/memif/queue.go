@@ -204,6 +204,23 @@ func (q *rxQueue) next(dst []byte, skip, avail int) (n, slots int, res rxResult,
 	return 0, 0, rxIncomplete, nil
 }
 
+// single returns the buffer of the frame starting skip slots after the
+// next unconsumed one if that frame is one descriptor (ok false if it is
+// chained). The descriptor is copied out of the ring once and checked, as
+// next does; the slot is not released.
+func (q *rxQueue) single(skip int) (buf []byte, ok bool, err error) {
+	s := int((q.last + uint16(skip)) & (q.size - 1))
+	raw := q.ring.LoadDesc(s)
+	if Desc(raw[:]).Flags()&DescNext != 0 {
+		return nil, false, nil
+	}
+	buf, err = descBuffer(q.regs, &raw)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: slot %d: %v", ErrRing, s, err)
+	}
+	return buf, true, nil
+}
+
 // release gives k consumed slots back to the sender.
 //
 // A server clears the flags of the client's descriptors it consumed

@@ -106,41 +106,54 @@ type Frame struct {
 // options or IPv6/UDP frame to port 4791 carrying at least a BTH and an
 // ICRC.
 func Decode(f []byte) (fr Frame, ok bool) {
-	if len(f) < wire.EthernetLen {
-		return fr, false
-	}
-	var u wire.UDP
-	rest := f[wire.EthernetLen:]
-	switch wire.Ethernet(f).EtherType() {
-	case wire.EtherTypeIPv4:
-		ip := wire.IPv4(rest)
-		if !ip.IsValid(len(rest)) || ip.HeaderLen() != wire.IPv4MinLen || ip.Protocol() != wire.IPProtoUDP ||
-			ip.Flags()&wire.IPv4MoreFragments != 0 || ip.FragOffset() != 0 {
-			return fr, false
-		}
-		u = wire.UDP(ip.Payload())
-		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
-		fr.Dst = ip.Dst()
-		fr.IPUDP = rest[: wire.IPv4MinLen+wire.UDPLen : wire.IPv4MinLen+wire.UDPLen]
-	case wire.EtherTypeIPv6:
-		ip := wire.IPv6(rest)
-		if !ip.IsValid(len(rest)) || ip.NextHeader() != wire.IPProtoUDP {
-			return fr, false
-		}
-		u = wire.UDP(ip.Payload())
-		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
-		fr.Dst = ip.Dst()
-		fr.IPUDP = rest[: wire.IPv6Len+wire.UDPLen : wire.IPv6Len+wire.UDPLen]
-	default:
-		return fr, false
-	}
-	if !u.IsValid(len(u)) || int(u.Length()) != len(u) || u.DstPort() != link.RoCEv2Port ||
-		len(u)-wire.UDPLen < wire.BTHLen+wire.ICRCLen {
+	off, end, ok := decodeHeaders(&fr, f, len(f))
+	if !ok {
 		return Frame{}, false
 	}
-	fr.Src = netip.AddrPortFrom(fr.Src.Addr(), u.SrcPort())
-	fr.Pkt = u.Payload()
+	fr.Pkt = f[off:end:end]
 	return fr, true
+}
+
+// decodeHeaders checks the Ethernet, IP and UDP headers of a total-byte
+// frame whose first bytes are h, as Decode does, and fills fr but for
+// Pkt, which is frame[off:end].
+func decodeHeaders(fr *Frame, h []byte, total int) (off, end int, ok bool) {
+	if len(h) < wire.EthernetLen || total < len(h) {
+		return 0, 0, false
+	}
+	rest := h[wire.EthernetLen:]
+	switch wire.Ethernet(h).EtherType() {
+	case wire.EtherTypeIPv4:
+		ip := wire.IPv4(rest)
+		if !ip.IsValid(total-wire.EthernetLen) || ip.HeaderLen() != wire.IPv4MinLen || ip.Protocol() != wire.IPProtoUDP ||
+			ip.Flags()&wire.IPv4MoreFragments != 0 || ip.FragOffset() != 0 {
+			return 0, 0, false
+		}
+		off, end = wire.EthernetLen+wire.IPv4MinLen, wire.EthernetLen+int(ip.TotalLen())
+		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
+		fr.Dst = ip.Dst()
+	case wire.EtherTypeIPv6:
+		ip := wire.IPv6(rest)
+		if !ip.IsValid(total-wire.EthernetLen) || ip.NextHeader() != wire.IPProtoUDP {
+			return 0, 0, false
+		}
+		off, end = wire.EthernetLen+wire.IPv6Len, wire.EthernetLen+wire.IPv6Len+int(ip.PayloadLen())
+		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
+		fr.Dst = ip.Dst()
+	default:
+		return 0, 0, false
+	}
+	if len(h) < off+wire.UDPLen {
+		return 0, 0, false
+	}
+	u := wire.UDP(h[off : off+wire.UDPLen])
+	if !u.IsValid(end-off) || int(u.Length()) != end-off || u.DstPort() != link.RoCEv2Port ||
+		end-off-wire.UDPLen < wire.BTHLen+wire.ICRCLen {
+		return 0, 0, false
+	}
+	fr.Src = netip.AddrPortFrom(fr.Src.Addr(), u.SrcPort())
+	fr.IPUDP = h[wire.EthernetLen : off+wire.UDPLen : off+wire.UDPLen]
+	return off + wire.UDPLen, end, true
 }
 
 // Deliver fills p from a decoded frame, checking its ICRC: p.Buf becomes
@@ -149,10 +162,48 @@ func Deliver(p *link.Packet, fr *Frame) {
 	n := len(fr.Pkt) - wire.ICRCLen
 	p.Buf = fr.Pkt
 	p.N = n
+	p.Tail = nil
 	p.Addr = fr.Src
 	if wire.ComputeICRCFromHeaders(fr.IPUDP, fr.Pkt[:n]) == wire.ICRCOf(fr.Pkt[n:]) {
 		p.ICRC = link.ICRCGood
 	} else {
 		p.ICRC = link.ICRCBad
 	}
+}
+
+// SplitHeadLen is how many bytes of a frame DeliverSplit needs copied:
+// the longest Ethernet, IP and UDP headers and the longest RoCEv2
+// headers (a BTH and an AtomicETH).
+const SplitHeadLen = MaxHeaderLen + wire.BTHLen + wire.AtomicETHLen
+
+// DeliverSplit is Decode and Deliver for a frame whose first bytes were
+// copied into head and whose whole is frame, in memory the peer can
+// still write (len(head) <= len(frame)). Every header is read from head;
+// the payload is left in frame: p.Buf becomes the packet's headers in head and
+// p.Tail its payload and pad bytes in frame. The ICRC is computed over
+// head's headers and frame's payload as they are now. It returns false
+// for what Decode rejects, and for a packet whose headers do not fit in
+// head (which the caller then copies whole).
+func DeliverSplit(p *link.Packet, head, frame []byte) bool {
+	var fr Frame
+	off, end, ok := decodeHeaders(&fr, head, len(frame))
+	if !ok {
+		return false
+	}
+	hl := wire.Opcode(head[off]).HeaderLen()
+	pktEnd := end - wire.ICRCLen
+	if hl == 0 || off+hl > len(head) || off+hl > pktEnd {
+		return false
+	}
+	p.Buf = head[off : off+hl : off+hl]
+	p.N = hl
+	p.Tail = frame[off+hl : pktEnd : end]
+	p.Addr = fr.Src
+	// The ICRC is read from shared memory once, like the payload.
+	if wire.ComputeICRCFromParts(fr.IPUDP, p.Buf, p.Tail) == wire.ICRCOf(frame[pktEnd:end]) {
+		p.ICRC = link.ICRCGood
+	} else {
+		p.ICRC = link.ICRCBad
+	}
+	return true
 }

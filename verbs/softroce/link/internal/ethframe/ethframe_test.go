@@ -133,3 +133,78 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// splitFrame runs DeliverSplit on frame as the memif link does: its first
+// bytes copied into a buffer of its own.
+func splitFrame(p *link.Packet, frame []byte) bool {
+	head := append([]byte(nil), frame[:min(len(frame), SplitHeadLen)]...)
+	return DeliverSplit(p, head, frame)
+}
+
+// TestDeliverSplit checks that a split delivery gives the packet Deliver
+// gives, in two pieces, with the ICRC checked over both.
+func TestDeliverSplit(t *testing.T) {
+	v6a, v6b := netip.MustParseAddrPort("[2001:db8::1]:49152"), netip.MustParseAddrPort("[2001:db8::2]:4791")
+	for _, ends := range [][2]netip.AddrPort{{addrB, addrA}, {v6a, v6b}} {
+		for _, op := range []wire.Opcode{wire.RCWriteOnly, wire.RCWriteOnlyImm, wire.RCSendMiddle, wire.RCAcknowledge, wire.RCCompareSwap} {
+			for _, n := range []int{0, 4, 1024, 4096} {
+				pkt := mkPkt(op.HeaderLen()+n, byte(n))
+				pkt[0] = byte(op)
+				f := frame(t, ends[0], ends[1], pkt)
+				var p link.Packet
+				if !splitFrame(&p, f) {
+					t.Fatalf("%v %v with %d bytes: not delivered", ends[0].Addr(), op, n)
+				}
+				if p.ICRC != link.ICRCGood || p.Addr != ends[0] || p.N != op.HeaderLen() || !inside(p.Tail, f) ||
+					cap(p.Tail) < len(p.Tail)+wire.ICRCLen {
+					t.Fatalf("%v %v with %d bytes: %+v", ends[0].Addr(), op, n, p)
+				}
+				if got := append(append([]byte(nil), p.Buf[:p.N]...), p.Tail...); !bytes.Equal(got, pkt) {
+					t.Fatalf("%v %v with %d bytes: joined pieces differ from the packet", ends[0].Addr(), op, n)
+				}
+				if n > 0 {
+					f[len(f)-wire.ICRCLen-1] ^= 1 // a payload byte
+					if !splitFrame(&p, f) || p.ICRC != link.ICRCBad {
+						t.Fatalf("%v %v: a changed payload byte passed the ICRC", ends[0].Addr(), op)
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzDeliverSplit checks DeliverSplit against Decode and Deliver: it
+// accepts only what they accept, and gives the same packet and ICRC
+// verdict, its pieces inside head and frame.
+func FuzzDeliverSplit(f *testing.F) {
+	f.Add(frame(f, addrB, addrA, mkPkt(40, 1)))
+	pkt := mkPkt(wire.BTHLen+wire.RETHLen+256, 3)
+	pkt[0] = byte(wire.RCWriteOnly)
+	f.Add(frame(f, addrB, addrA, pkt))
+	f.Add(frame(f, netip.MustParseAddrPort("[::1]:4791"), netip.MustParseAddrPort("[::2]:4791"), pkt))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		head := append([]byte(nil), b[:min(len(b), SplitHeadLen)]...)
+		var sp link.Packet
+		ok := DeliverSplit(&sp, head, b)
+		fr, whole := Decode(b)
+		if !ok {
+			if whole && wire.Opcode(fr.Pkt[0]).HeaderLen() != 0 && len(fr.Pkt)-wire.ICRCLen >= wire.Opcode(fr.Pkt[0]).HeaderLen() &&
+				len(b)-len(fr.Pkt)+wire.Opcode(fr.Pkt[0]).HeaderLen() <= len(head) {
+				t.Fatal("Decode accepts a frame whose headers fit, DeliverSplit does not")
+			}
+			return
+		}
+		if !whole {
+			t.Fatal("DeliverSplit accepts a frame Decode rejects")
+		}
+		if !inside(sp.Buf[:sp.N], head) || !inside(sp.Tail, b) || cap(sp.Tail) < len(sp.Tail)+wire.ICRCLen {
+			t.Fatal("pieces outside head and frame")
+		}
+		var p link.Packet
+		Deliver(&p, &fr)
+		joined := append(append([]byte(nil), sp.Buf[:sp.N]...), sp.Tail...)
+		if !bytes.Equal(joined, p.Buf[:p.N]) || sp.ICRC != p.ICRC || sp.Addr != p.Addr {
+			t.Fatalf("split %x/%v/%v, whole %x/%v/%v", joined, sp.ICRC, sp.Addr, p.Buf[:p.N], p.ICRC, p.Addr)
+		}
+	})
+}

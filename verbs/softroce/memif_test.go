@@ -1,0 +1,90 @@
+//go:build linux
+
+package softroce
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
+	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// The memif link runs the tests that run over every kind of link: its
+// receive loop hands the engine packets whose payload stays in the shared
+// memory (link.Packet.Tail), with 4224-byte buffers as netconn uses, so
+// every frame up to MTU 4096 arrives that way.
+func init() { extraLinks = append(extraLinks, memifLinks) }
+
+var memifLinks = linkKind{"memif", func(t testing.TB, _ pipe.Faults) (link.Link, link.Link) {
+	dir, err := os.MkdirTemp(t.TempDir(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "memif.sock")
+	const secret = "softroce-tests"
+	macA, macB := wire.MAC{2, 0, 0, 0, 0, 1}, wire.MAC{2, 0, 0, 0, 0, 2}
+	ln, err := memif.Listen(path, secret, memif.Config{Local: netip.MustParseAddrPort("192.0.2.1:4791"),
+		LocalMAC: macA, PeerMAC: macB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type accepted struct {
+		l   *memif.Link
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		l, err := ln.Accept()
+		ch <- accepted{l, err}
+	}()
+	b, err := memif.Dial(path, secret, memif.Config{Local: netip.MustParseAddrPort("192.0.2.2:4791"),
+		LocalMAC: macB, PeerMAC: macA, BufferSize: 4224})
+	a := <-ch
+	if err != nil || a.err != nil {
+		if b != nil {
+			b.Close()
+		}
+		if a.l != nil {
+			a.l.Close()
+		}
+		t.Fatalf("memif: dial %v, accept %v", err, a.err)
+	}
+	return a.l, b
+}}
+
+// TestCaptureMemif captures over the memif link, whose received packets
+// come in two pieces: every packet is in the file whole, and every
+// frame's ICRC verifies.
+func TestCaptureMemif(t *testing.T) {
+	var file bytes.Buffer
+	c, err := NewCapture(&file, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newPair(t, memifLinks, noFaults, pairOpts{mtu: verbs.MTU4096, capture: c, timeout: captureAckTimeout})
+	const size = 256 << 10
+	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, size)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
+	a.dev.Close()
+	b.dev.Close()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := a.dev.Counters(), b.dev.Counters()
+	want := ca.SentPackets + ca.RecvPackets + cb.SentPackets + cb.RecvPackets
+	if st := c.Stats(); st.Written != want || st.Skipped != 0 {
+		t.Errorf("capture %+v; the devices sent and received %d packets", st, want)
+	}
+	if n := readCapture(t, file.Bytes()); uint64(n) != want || n < 2*size/4096 {
+		t.Errorf("%d frames in the file, want %d", n, want)
+	}
+}
