@@ -157,7 +157,7 @@ func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packe
 	defer c.mu.Unlock()
 	for i := range pkts {
 		p := &pkts[i]
-		pkt, ok := c.whole(p)
+		pkt, ok := c.whole(p, mode)
 		if c.err != nil || !ok {
 			c.skipped.Add(1)
 			continue
@@ -280,9 +280,10 @@ func macOf(ip netip.Addr) wire.MAC {
 }
 
 // whole returns p's packet through the ICRC in one piece: p.Buf, or for a
-// packet delivered in two pieces (link.Packet.Tail), the two joined in a
-// buffer of the capture's. The caller holds c.mu.
-func (c *Capture) whole(p *link.Packet) ([]byte, bool) {
+// packet in two pieces (link.Packet.Tail), the two joined in a buffer of
+// the capture's; a sent packet's ICRC is computed by encode. The caller
+// holds c.mu.
+func (c *Capture) whole(p *link.Packet, mode icrcMode) ([]byte, bool) {
 	if p.N < 0 || p.N > len(p.Buf) {
 		return nil, false
 	}
@@ -293,13 +294,16 @@ func (c *Capture) whole(p *link.Packet) ([]byte, bool) {
 		return p.Buf[:p.N+wire.ICRCLen], true
 	}
 	n := p.N + len(p.Tail) + wire.ICRCLen
-	if cap(p.Tail) < len(p.Tail)+wire.ICRCLen || n > maxPacketLen {
+	if n > maxPacketLen || mode == rxICRC && cap(p.Tail) < len(p.Tail)+wire.ICRCLen {
 		return nil, false
 	}
 	if len(c.joined) < n {
 		c.joined = make([]byte, maxPacketLen)
 	}
 	copy(c.joined, p.Buf[:p.N])
-	copy(c.joined[p.N:n], p.Tail[:len(p.Tail)+wire.ICRCLen])
+	copy(c.joined[p.N:], p.Tail)
+	if mode == rxICRC {
+		copy(c.joined[n-wire.ICRCLen:n], p.Tail[len(p.Tail):len(p.Tail)+wire.ICRCLen])
+	}
 	return c.joined[:n], true
 }

@@ -80,6 +80,10 @@ type Device struct {
 	// linkClosing is set under rx.busy once Close is about to close the
 	// link; later batches are dropped.
 	linkClosing bool
+	// tailSend is set when the link takes packets in two pieces
+	// (link.TailSender): data packets then leave their payload in the
+	// registered memory for the link to read.
+	tailSend bool
 	// signalled is set when a CQ signals its notify channel; the receive
 	// loop clears it after each batch and yields if it was set.
 	signalled atomic.Bool
@@ -111,7 +115,9 @@ func Open(cfg Config) (*Device, error) {
 		cfg.RecvBatch = 64
 	}
 	local := cfg.Link.LocalAddr()
+	ts, _ := cfg.Link.(link.TailSender)
 	d := &Device{
+		tailSend:    ts != nil && ts.SendsTails(),
 		name:        cfg.Name,
 		link:        cfg.Link,
 		maxInflight: cfg.MaxInflight,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
@@ -86,5 +87,29 @@ func TestCaptureMemif(t *testing.T) {
 	}
 	if n := readCapture(t, file.Bytes()); uint64(n) != want || n < 2*size/4096 {
 		t.Errorf("%d frames in the file, want %d", n, want)
+	}
+}
+
+// TestMemifSendsFromRegion: over memif (a link.TailSender) the data
+// packets of a WRITE leave their payload in the registered memory, and
+// once the WRITE completes no packet points into it.
+func TestMemifSendsFromRegion(t *testing.T) {
+	a, b := newPair(t, memifLinks, noFaults, pairOpts{mtu: verbs.MTU4096})
+	if !a.dev.tailSend {
+		t.Fatal("the memif link is not used as a TailSender")
+	}
+	const size = 1 << 20
+	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, size)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
+	if got, want := b.mr.(*MR).buf[:size], a.mr.(*MR).buf[:size]; string(got) != string(want) {
+		t.Fatal("the WRITE's bytes differ")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for a.mr.(*MR).sending.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d packets still point into the region", a.mr.(*MR).sending.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

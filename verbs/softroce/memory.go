@@ -22,6 +22,35 @@ func (d *Device) gather(pd *PD, sgl []verbs.SGE, off uint64, dst []byte) bool {
 	})
 }
 
+// span returns the registered memory backing bytes [off, off+n) of sgl
+// and its region, if one SGE holds them all and the region may be read;
+// else nil.
+func (d *Device) span(pd *PD, sgl []verbs.SGE, off, n uint64) ([]byte, *MR) {
+	d.mrMu.RLock()
+	defer d.mrMu.RUnlock()
+	for i := range sgl {
+		s := &sgl[i]
+		l := uint64(s.Length)
+		if off >= l {
+			off -= l
+			continue
+		}
+		if n > l-off {
+			return nil, nil
+		}
+		m := d.lkeys[s.LKey]
+		if m == nil || m.pd != pd {
+			return nil, nil
+		}
+		mem, ok := m.span(s.Addr+off, n)
+		if !ok {
+			return nil, nil
+		}
+		return mem, m
+	}
+	return nil, nil
+}
+
 // scatter copies src into the scatter/gather list, starting off bytes into
 // it. Every MR written needs local write access.
 func (d *Device) scatter(pd *PD, sgl []verbs.SGE, off uint64, src []byte) bool {

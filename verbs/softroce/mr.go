@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -38,6 +39,9 @@ type MR struct {
 	rkey   uint32
 	access verbs.Access
 	dead   bool // guarded by dev.mrMu
+	// sending counts packets built and not yet sent whose payload is
+	// this region's memory (link.Packet.Tail); Close waits for them.
+	sending atomic.Int64
 }
 
 var _ verbs.MR = (*MR)(nil)
@@ -107,14 +111,21 @@ func (m *MR) Access() verbs.Access { return m.access }
 func (m *MR) Close() error {
 	d := m.dev
 	d.mrMu.Lock()
-	defer d.mrMu.Unlock()
 	if m.dead {
+		d.mrMu.Unlock()
 		return nil
 	}
 	m.dead = true
 	delete(d.lkeys, m.lkey)
 	delete(d.rkeys, m.rkey)
 	m.pd.refs.Add(-1)
+	d.mrMu.Unlock()
+	// No packet can take the region's memory now; those that did are
+	// sent or dropped within a link's send time. Once Close returns the
+	// memory may be unmapped.
+	for m.sending.Load() > 0 {
+		time.Sleep(20 * time.Microsecond)
+	}
 	return nil
 }
 

@@ -360,10 +360,45 @@ func (q *QP) setState(s verbs.QPState) {
 type txBuffers struct {
 	pkts []link.Packet
 	n    int // packets built, while queued
+	// held is, by packet, the memory region its Tail points into, and
+	// refs how many are set.
+	held []*MR
+	refs int
+}
+
+// hold records that packet i points into m's memory (nil: into none),
+// letting go of the region it pointed into before.
+func (t *txBuffers) hold(i int, m *MR) {
+	if old := t.held[i]; old != nil {
+		old.sending.Add(-1)
+		t.refs--
+	}
+	if m != nil {
+		m.sending.Add(1)
+		t.refs++
+	}
+	t.held[i] = m
+}
+
+// release lets go of every region the batch's packets point into.
+func (t *txBuffers) release() {
+	if t.refs == 0 {
+		return
+	}
+	for i := range t.held {
+		t.hold(i, nil)
+		t.pkts[i].Tail = nil
+	}
+}
+
+// putTx returns a batch to the pool.
+func (d *Device) putTx(b *txBuffers) {
+	b.release()
+	d.txPool.Put(b)
 }
 
 func newTxBuffers() any {
-	t := &txBuffers{pkts: make([]link.Packet, txBatch)}
+	t := &txBuffers{pkts: make([]link.Packet, txBatch), held: make([]*MR, txBatch)}
 	mem := make([]byte, txBatch*maxPacketLen)
 	for i := range t.pkts {
 		t.pkts[i].Buf = mem[i*maxPacketLen : (i+1)*maxPacketLen : (i+1)*maxPacketLen]
@@ -386,7 +421,7 @@ func (q *QP) queueTx() {
 		return
 	}
 	if q.txN == 0 {
-		q.dev.txPool.Put(q.txb)
+		q.dev.putTx(q.txb)
 	} else {
 		q.txb.n = q.txN
 		q.txq = append(q.txq, q.txb)
@@ -413,7 +448,7 @@ func (q *QP) transmit() {
 		q.txq = q.txq[:len(q.txq)-1]
 		q.mu.Unlock()
 		err := q.dev.send(b.pkts[:b.n])
-		q.dev.txPool.Put(b)
+		q.dev.putTx(b)
 		q.mu.Lock()
 		if err != nil {
 			q.onSendError(err)
@@ -451,8 +486,11 @@ func (q *QP) Cause() error {
 // dropTx discards packets built or queued and not yet sent.
 func (q *QP) dropTx() {
 	q.txN = 0
+	if q.txb != nil {
+		q.txb.release()
+	}
 	for i, b := range q.txq {
-		q.dev.txPool.Put(b)
+		q.dev.putTx(b)
 		q.txq[i] = nil
 	}
 	q.txq = q.txq[:0]

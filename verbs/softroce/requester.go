@@ -197,6 +197,16 @@ func (q *QP) buildData(p *link.Packet, w *sendWQE, psn uint32, off uint64, ackRe
 		wire.ImmDt(b[h:]).Set(w.imm)
 		h += wire.ImmDtLen
 	}
+	p.Addr = q.peer
+	if q.dev.tailSend && pad == 0 && n > 0 && w.flags&verbs.SendInline == 0 {
+		// The link reads the payload from the registered memory itself.
+		if mem, m := q.dev.span(q.pd, w.sgl, off, n); m != nil {
+			p.N = h
+			p.Tail = mem
+			q.txb.hold(q.txN-1, m) // p is q.txPacket()'s
+			return true
+		}
+	}
 	payload := b[h : h+int(n)]
 	if w.flags&verbs.SendInline != 0 {
 		copy(payload, w.inline[off:off+n])
@@ -205,7 +215,6 @@ func (q *QP) buildData(p *link.Packet, w *sendWQE, psn uint32, off uint64, ackRe
 	}
 	clear(b[h+int(n):])
 	p.N = total
-	p.Addr = q.peer
 	return true
 }
 
@@ -345,6 +354,8 @@ func (q *QP) txPacket() *link.Packet {
 	}
 	q.borrowTx()
 	p := &q.tx[q.txN]
+	q.txb.hold(q.txN, nil)
+	p.Tail = nil
 	q.txN++
 	return p
 }

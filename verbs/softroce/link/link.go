@@ -72,16 +72,18 @@ type Packet struct {
 	Addr netip.AddrPort
 	// ICRC is set by Recv.
 	ICRC ICRCStatus
-	// Tail, when not nil, is the rest of a received packet, left where the
-	// link found it instead of copied: the packet is Buf[:N] (then only its
-	// headers, BTH through the extended transport headers) followed by
-	// Tail (the payload and pad bytes), and cap(Tail) is at least
-	// len(Tail)+4, the ICRC following it. A link sets it for a packet whose
-	// payload lies in memory it shares with its peer (memif): only there is
-	// the payload read, once, by the copy that places it. The peer can
-	// still write those bytes, so they are read once, never checked and
-	// then trusted. Tail is valid as Buf is, and only in a
-	// Looper's batch. Send ignores it.
+	// Tail, when not nil, is the rest of the packet, left where it is
+	// instead of copied: the packet is Buf[:N] (then only its headers,
+	// BTH through the extended transport headers) followed by Tail (the
+	// payload and pad bytes).
+	//
+	// On Recv, a Looper sets it for a packet whose payload lies in memory
+	// it shares with its peer (memif), valid as Buf is; cap(Tail) is at
+	// least len(Tail)+4, the ICRC following it. The peer can still write
+	// those bytes: they are read once, by the copy that places them.
+	//
+	// On Send, the engine sets it, to registered memory, only on a link
+	// that is a TailSender; the link reads it before Send returns.
 	Tail []byte
 }
 
@@ -117,6 +119,15 @@ type Link interface {
 	Recv(pkts []Packet) (n int, err error)
 	// Close releases the link. It is idempotent.
 	Close() error
+}
+
+// A TailSender is a Link whose Send takes packets in two pieces
+// (Packet.Tail), so that the engine need not copy a payload into Buf
+// before the link copies it again.
+type TailSender interface {
+	Link
+	// SendsTails reports that Send takes Packet.Tail.
+	SendsTails() bool
 }
 
 // A Looper is a Link that can run the receive loop itself: RecvLoop

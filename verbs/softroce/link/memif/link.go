@@ -142,13 +142,19 @@ func (l *Link) enter() error {
 	return nil
 }
 
+// SendsTails reports that Send takes packets in two pieces
+// (link.Packet.Tail): it copies them into the ring piece by piece.
+func (l *Link) SendsTails() bool { return true }
+
+var _ link.TailSender = (*Link)(nil)
+
 // Send frames and transmits pkts; see link.Link.
 func (l *Link) Send(pkts []link.Packet) error {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
 	var hdr [ethframe.MaxHeaderLen]byte
 	var icrc [wire.ICRCLen]byte
-	var pieces [3][]byte
+	var pieces [4][]byte
 	ends := ethframe.Ends{SrcMAC: l.cfg.LocalMAC, DstMAC: l.cfg.PeerMAC, Src: l.cfg.Local}
 	pending := false
 	for i := range pkts {
@@ -158,15 +164,15 @@ func (l *Link) Send(pkts []link.Packet) error {
 		}
 		pkt := p.Buf[:p.N]
 		ends.Dst = p.Addr
-		hl, err := ethframe.Headers(hdr[:], &ends, pkt, &icrc)
+		hl, err := ethframe.HeadersTail(hdr[:], &ends, pkt, p.Tail, &icrc)
 		if err != nil {
 			return fmt.Errorf("memif: %w", err)
 		}
-		total := hl + p.N + wire.ICRCLen
+		total := hl + p.N + len(p.Tail) + wire.ICRCLen
 		if total > MaxFrameLen {
 			return fmt.Errorf("memif: %d-byte frame exceeds %d", total, MaxFrameLen)
 		}
-		pieces = [3][]byte{hdr[:hl], pkt, icrc[:]}
+		pieces = [4][]byte{hdr[:hl], pkt, p.Tail, icrc[:]}
 		var waited time.Duration
 		for try := 0; ; try++ {
 			if err := l.enter(); err != nil {

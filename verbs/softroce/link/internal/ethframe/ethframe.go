@@ -53,25 +53,66 @@ func EncodeHeaders(h []byte, e *Ends, pktLen int) (int, error) {
 // ICRC) into h (at least MaxHeaderLen bytes) and its ICRC into icrc, and
 // returns the header length: the frame is h[:n], pkt, icrc.
 func Headers(h []byte, e *Ends, pkt []byte, icrc *[wire.ICRCLen]byte) (int, error) {
-	hl, err := EncodeHeaders(h, e, len(pkt)+wire.ICRCLen)
+	return HeadersTail(h, e, pkt, nil, icrc)
+}
+
+// HeadersTail is Headers for a packet in two pieces, pkt followed by tail
+// (link.Packet.Tail), both of even length when tail is not empty: the
+// frame is h[:n], pkt, tail, icrc.
+func HeadersTail(h []byte, e *Ends, pkt, tail []byte, icrc *[wire.ICRCLen]byte) (int, error) {
+	if len(tail) > 0 && (len(pkt)%2 != 0 || len(tail)%2 != 0) {
+		return 0, fmt.Errorf("a packet in pieces of %d and %d bytes: odd", len(pkt), len(tail))
+	}
+	hl, err := EncodeHeaders(h, e, len(pkt)+len(tail)+wire.ICRCLen)
 	if err != nil {
 		return 0, err
 	}
-	wire.PutICRC(icrc[:], wire.ComputeICRCFromHeaders(h[wire.EthernetLen:hl], pkt))
+	wire.PutICRC(icrc[:], wire.ComputeICRCFromParts(h[wire.EthernetLen:hl], pkt, tail))
 	if hl == MaxHeaderLen {
-		wire.UDP(h[hl-wire.UDPLen:]).SetChecksum(UDP6Checksum(h, pkt, icrc[:]))
+		var c uint16
+		if len(tail) == 0 {
+			c = UDP6Checksum(h, pkt, icrc[:])
+		} else {
+			c = udp6ChecksumTail(h, pkt, tail, icrc[:])
+		}
+		wire.UDP(h[hl-wire.UDPLen:]).SetChecksum(c)
 	}
 	return hl, nil
+}
+
+// udp6ChecksumTail is UDP6Checksum for a payload of pkt, tail and icrc,
+// pkt and tail of even length.
+func udp6ChecksumTail(h []byte, pkt, tail, icrc []byte) uint16 {
+	s := udp6Pseudo(h)
+	s = wire.ChecksumUpdate(s, pkt)
+	s = wire.ChecksumUpdate(s, tail)
+	s = wire.ChecksumUpdate(s, icrc)
+	return udpChecksumFold(s)
+}
+
+// udp6Pseudo sums the IPv6 pseudo-header and the UDP header of the frame
+// whose headers are in h.
+func udp6Pseudo(h []byte) uint32 {
+	ip := wire.IPv6(h[wire.EthernetLen:])
+	u := wire.UDP(h[wire.EthernetLen+wire.IPv6Len:])
+	s := wire.ChecksumUpdate(0, ip[8:40]) // source and destination
+	s += wire.IPProtoUDP + uint32(u.Length())
+	return wire.ChecksumUpdate(s, u[:6])
+}
+
+// udpChecksumFold folds a sum into a UDP checksum, which is never 0.
+func udpChecksumFold(s uint32) uint16 {
+	c := wire.ChecksumFold(s)
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
 }
 
 // UDP6Checksum returns the UDP checksum of an IPv6 frame whose headers
 // are in h and whose UDP payload is pkt followed by icrc.
 func UDP6Checksum(h []byte, pkt, icrc []byte) uint16 {
-	ip := wire.IPv6(h[wire.EthernetLen:])
-	u := wire.UDP(h[wire.EthernetLen+wire.IPv6Len:])
-	s := wire.ChecksumUpdate(0, ip[8:40]) // source and destination
-	s += wire.IPProtoUDP + uint32(u.Length())
-	s = wire.ChecksumUpdate(s, u[:6])
+	s := udp6Pseudo(h)
 	// pkt may have an odd length: sum pkt|icrc as one even-aligned stream.
 	if len(pkt)%2 == 0 {
 		s = wire.ChecksumUpdate(s, pkt)
@@ -83,11 +124,7 @@ func UDP6Checksum(h []byte, pkt, icrc []byte) uint16 {
 		copy(mid[1:], icrc)
 		s = wire.ChecksumUpdate(s, mid[:5])
 	}
-	c := wire.ChecksumFold(s)
-	if c == 0 {
-		c = 0xffff
-	}
-	return c
+	return udpChecksumFold(s)
 }
 
 // Frame is what Decode finds in a frame carrying a RoCEv2 packet.

@@ -208,3 +208,23 @@ func FuzzDeliverSplit(f *testing.F) {
 		}
 	})
 }
+
+// TestHeadersTail: a packet in two pieces gets the frame headers and the
+// ICRC of the same packet in one, over IPv4 and IPv6 (whose UDP checksum
+// covers the payload), and odd pieces are refused.
+func TestHeadersTail(t *testing.T) {
+	v6a, v6b := netip.MustParseAddrPort("[2001:db8::1]:49152"), netip.MustParseAddrPort("[2001:db8::2]:4791")
+	for _, ends := range []Ends{{SrcMAC: macA, DstMAC: macB, Src: addrA, Dst: addrB}, {SrcMAC: macA, DstMAC: macB, Src: v6a, Dst: v6b}} {
+		pkt := mkPkt(wire.BTHLen+wire.RETHLen+4096, 9)
+		var h1, h2 [MaxHeaderLen]byte
+		var i1, i2 [wire.ICRCLen]byte
+		n1, err1 := Headers(h1[:], &ends, pkt, &i1)
+		n2, err2 := HeadersTail(h2[:], &ends, pkt[:wire.BTHLen+wire.RETHLen], pkt[wire.BTHLen+wire.RETHLen:], &i2)
+		if err1 != nil || err2 != nil || n1 != n2 || h1 != h2 || i1 != i2 {
+			t.Fatalf("%v: whole %d %v % x, in pieces %d %v % x", ends.Src.Addr(), n1, err1, i1, n2, err2, i2)
+		}
+		if _, err := HeadersTail(h2[:], &ends, pkt[:13], pkt[13:], &i2); err == nil {
+			t.Fatalf("%v: odd pieces accepted", ends.Src.Addr())
+		}
+	}
+}
