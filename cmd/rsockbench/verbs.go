@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/internal/verbsbench"
+	"github.com/rsock-go/rsock/verbs"
 )
 
 const verbsUsage = `usage:
@@ -100,6 +101,11 @@ func runVerbs(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	if _, ok := verbs.LookupProvider(f.provider); !ok && f.provider != verbsbench.ProviderSoftRoCE {
+		fmt.Fprintf(stderr, "rsockbench verbs: -provider %q is not built into this binary (it has %s)\n",
+			f.provider, strings.Join(append([]string{verbsbench.ProviderSoftRoCE}, verbs.Providers()...), ", "))
+		return exitUsage
+	}
 	var cfgs []verbsbench.Config
 	if !f.server {
 		if cfgs, err = f.configs(roce); err != nil {
