@@ -36,6 +36,7 @@ type CQ struct {
 	ahead   []verbs.WC // completions Wait polled ahead of Poll
 	scratch []C.struct_rs_wc
 	closed  bool
+	broken  error // an async event's CQ error: Poll and Wait return it
 
 	notify  chan struct{}
 	done    chan struct{}
@@ -140,6 +141,9 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 	if c.closed {
 		return 0, verbs.ErrClosed
 	}
+	if c.broken != nil {
+		return 0, c.broken
+	}
 	k := copy(wcs, c.ahead)
 	c.ahead = c.ahead[:copy(c.ahead, c.ahead[k:])]
 	for k < len(wcs) {
@@ -188,9 +192,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return verbs.ErrClosed
 		}
-		if len(c.ahead) > 0 {
+		if len(c.ahead) > 0 || c.broken != nil {
+			err := c.broken
 			c.mu.Unlock()
-			return nil
+			return err
 		}
 		n, err := c.pollLocked(one[:])
 		if n > 0 {

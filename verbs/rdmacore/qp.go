@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -28,10 +29,15 @@ type QP struct {
 	life   sync.RWMutex
 	closed bool
 
+	cause atomic.Pointer[error] // the async event that failed the QP
+
 	scratch sync.Pool // *postScratch
 }
 
-var _ verbs.QP = (*QP)(nil)
+var (
+	_ verbs.QP     = (*QP)(nil)
+	_ verbs.Causer = (*QP)(nil)
+)
 
 // postScratch holds the flat work requests and scatter lists of one post.
 type postScratch struct {
