@@ -109,6 +109,7 @@ func (c *CQ) watch() {
 		c.signal()
 		var rc C.int
 		err := c.rc.Read(func(uintptr) bool {
+			cgoCalls.Add(1)
 			rc = C.rs_get_event(c.ch)
 			return rc != C.EAGAIN
 		})
@@ -120,6 +121,7 @@ func (c *CQ) watch() {
 			return
 		default:
 		}
+		cgoCalls.Add(1)
 		if C.rs_req_notify(c.cq) != 0 {
 			return // the CQ is broken: Poll reports it
 		}
@@ -163,6 +165,7 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 // pollLocked polls at most one batch into wcs. The caller holds c.mu.
 func (c *CQ) pollLocked(wcs []verbs.WC) (int, error) {
 	m := min(len(wcs), pollBatch)
+	cgoCalls.Add(1)
 	got := int(C.rs_poll(c.cq, &c.scratch[0], C.int(m)))
 	if got < 0 {
 		return 0, callErr("ibv_poll_cq", syscall.Errno(-got))

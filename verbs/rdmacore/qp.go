@@ -192,6 +192,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, verbs.ErrClosed
 	}
 	var posted C.int
+	cgoCalls.Add(1)
 	rc := C.rs_post_send(q.qp, &s.swr[0], C.int(len(s.swr)), sgePtr(s.sge), &posted)
 	return int(posted), q.postErr("ibv_post_send", rc)
 }
@@ -218,6 +219,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		return 0, verbs.ErrClosed
 	}
 	var posted C.int
+	cgoCalls.Add(1)
 	rc := C.rs_post_recv(q.qp, &s.rwr[0], C.int(len(s.rwr)), sgePtr(s.sge), &posted)
 	return int(posted), q.postErr("ibv_post_recv", rc)
 }
