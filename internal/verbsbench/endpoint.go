@@ -30,7 +30,8 @@ const ProviderSoftRoCE = "softroce"
 // registered buffer of slots message-sized slots.
 type endpoint struct {
 	dev    verbs.Device
-	inline int // the QP's inline capacity: smaller messages go inline
+	inline int            // the QP's inline capacity: smaller messages go inline
+	base   verbs.Counters // the device's counters at open: an RDMA device's count from boot
 	pd     verbs.PD
 	scq    verbs.CQ
 	rcq    verbs.CQ
@@ -72,7 +73,7 @@ func openEndpoint(provider string, addr netip.AddrPort, p *Params, seed byte) (_
 	if err != nil {
 		return nil, err
 	}
-	e := &endpoint{dev: dev, size: p.Size, slots: slotsFor(p.Size), psn: rand.Uint32() & psnMask}
+	e := &endpoint{dev: dev, base: dev.Counters(), size: p.Size, slots: slotsFor(p.Size), psn: rand.Uint32() & psnMask}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -134,6 +135,13 @@ func (e *endpoint) roceAddr() netip.AddrPort {
 
 // roceUDPPort is RoCEv2's UDP port, where a device listens.
 const roceUDPPort = 4791
+
+// counters returns the device's retransmit, timeout and RNR NAK counts
+// since the endpoint opened it (an RDMA device's include other users').
+func (e *endpoint) counters() (retransmits, timeouts, rnrNAKs uint64) {
+	c := e.dev.Counters()
+	return c.Retransmits - e.base.Retransmits, c.Timeouts - e.base.Timeouts, c.RNRNAKsSent - e.base.RNRNAKsSent
+}
 
 // transport names the device, e.g. "softroce/udp" or "rdmacore/rxe0".
 func (e *endpoint) transport() string {

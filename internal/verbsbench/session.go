@@ -209,14 +209,14 @@ func Run(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 				rep.Msgs, rep.Bytes, done.Msgs, done.Bytes)
 		}
 	}
-	c := ep.dev.Counters()
+	retrans, timeouts, rnr := ep.counters()
 	r := newResult(&p, m)
 	r.Transport = ep.transport()
 	r.LocalRoCE = ep.roceAddr().String()
 	r.PeerRoCE = netip.AddrPortFrom(peer.GID.Addr(), peer.Port).String()
-	r.Retransmits = c.Retransmits + rep.Retransmits
-	r.Timeouts = c.Timeouts + rep.Timeouts
-	r.RNRNAKs = c.RNRNAKsSent + rep.RNRNAKs
+	r.Retransmits = retrans + rep.Retransmits
+	r.Timeouts = timeouts + rep.Timeouts
+	r.RNRNAKs = rnr + rep.RNRNAKs
 	r.CPUUser, r.CPUSys = (u1 - u0).Seconds(), (s1 - s0).Seconds()
 	r.ServerCPUUser, r.ServerCPUSys = rep.CPUUser.Seconds(), rep.CPUSys.Seconds()
 	r.ServerMsgs, r.ServerBytes = rep.Msgs, rep.Bytes
@@ -374,8 +374,7 @@ func serveTest(ctx context.Context, conn net.Conn, hello []byte, cfg *ServerConf
 		return p, r, err
 	}
 	<-exited
-	c := ep.dev.Counters()
-	r.Retransmits, r.Timeouts, r.RNRNAKs = c.Retransmits, c.Timeouts, c.RNRNAKsSent
+	r.Retransmits, r.Timeouts, r.RNRNAKs = ep.counters()
 	r.CPUUser, r.CPUSys = u1-u0, s1-s0
 	conn.SetWriteDeadline(time.Now().Add(cfg.Timeout))
 	if err := WriteFrame(conn, FrameReport, r.Encode()); err != nil {
