@@ -109,8 +109,7 @@ func (s *Stream) postReceives() {
 		s.mu.Lock()
 		s.posting--
 		e.reposting = false
-		s.postDone.Broadcast()
-		signal(s.writeReady) // Close may wait for the post to end
+		s.postDone.Broadcast() // Close, once closed, waits for posts to end
 		for range posted {
 			s.cons.Processed()
 		}
