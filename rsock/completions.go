@@ -24,6 +24,7 @@ func (s *Stream) drive() {
 		for i := range s.wcs[:n] {
 			s.complete(&s.wcs[i])
 		}
+		s.postReceives()
 		if n < len(s.wcs) {
 			break
 		}
@@ -83,14 +84,38 @@ func (s *Stream) complete(wc *verbs.WC) {
 // wraps ECONNRESET, as package net reports a connection the network lost.
 var errConnLost = fmt.Errorf("rsock: connection lost: %w", syscall.ECONNRESET)
 
-// repost gives receive slot i back to the queue and counts the message
-// processed. The caller holds s.mu.
+// repost queues receive slot i to go back to the receive queue with the
+// rest of its batch of completions (postReceives). The caller holds s.mu.
 func (s *Stream) repost(i int) {
-	s.cons.Processed()
-	s.recvSGE[0] = s.e.ctrlSGE(i)
-	s.recvWR[0] = verbs.RecvWR{ID: uint64(i), SGL: s.recvSGE[:]}
-	if _, err := s.e.qp.PostRecv(s.recvWR[:]); err != nil {
-		s.fail(err)
+	s.e.reposts = append(s.e.reposts, s.e.recvWR(i))
+}
+
+// postReceives gives the receive slots freed by a batch of completions
+// back to the queue with one PostRecv (one cgo call on rdma-core, not one
+// per message), and only then counts their messages processed: credits
+// the peer sees never name a receive request not yet posted. s.mu is
+// released during the post, as for sends (post); a drive meanwhile
+// collects its slots in the other buffer, and this loop posts them too.
+// Close waits for the post through s.posting. The caller holds s.mu.
+func (s *Stream) postReceives() {
+	e := s.e
+	for !e.reposting && len(e.reposts) > 0 && !s.closed && s.err == nil {
+		wrs := e.reposts
+		e.reposts, e.spare = e.spare[:0], wrs
+		e.reposting = true
+		s.posting++
+		s.mu.Unlock()
+		posted, err := e.qp.PostRecv(wrs)
+		s.mu.Lock()
+		s.posting--
+		e.reposting = false
+		s.postDone.Broadcast() // Close, once closed, waits for posts to end
+		for range posted {
+			s.cons.Processed()
+		}
+		if err != nil && !s.closed {
+			s.fail(err)
+		}
 	}
 }
 

@@ -30,6 +30,17 @@ type Endpoint struct {
 	ctrlMR verbs.MR
 	params Params
 	used   bool // connected or closed
+
+	// recvSGEs[i] names receive slot i; fixed once created, so posts
+	// outside the stream's mu may read it.
+	recvSGEs []verbs.SGE
+	// reposts are the receive slots freed while the stream handles a
+	// batch of completions, given back with one PostRecv; spare is the
+	// other buffer, the one a post in progress reads. Both, and
+	// reposting (a post of them is in progress outside mu), are guarded
+	// by the stream's mu.
+	reposts, spare []verbs.RecvWR
+	reposting      bool
 }
 
 // localPorter is implemented by devices whose peers address them by UDP
@@ -82,13 +93,16 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 		return nil, err
 	}
 	// Receives may be posted from INIT on, so a fast peer never sees RNR.
+	e.recvSGEs = make([]verbs.SGE, cfg.RecvDepth)
 	wrs := make([]verbs.RecvWR, cfg.RecvDepth)
 	for i := range wrs {
-		wrs[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{e.ctrlSGE(i)}}
+		e.recvSGEs[i] = e.ctrlSGE(i)
+		wrs[i] = e.recvWR(i)
 	}
 	if _, err = e.qp.PostRecv(wrs); err != nil {
 		return nil, err
 	}
+	e.reposts, e.spare = make([]verbs.RecvWR, 0, cfg.RecvDepth), wrs[:0]
 	mtu := port.ActiveMTU
 	if cfg.MaxMTU != 0 {
 		mtu = min(mtu, verbs.MTUFromBytes(cfg.MaxMTU))
@@ -115,6 +129,11 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 // ctrlSGE names control slot i: receive slots first, then send slots.
 func (e *Endpoint) ctrlSGE(i int) verbs.SGE {
 	return verbs.SGE{Addr: e.ctrlMR.Addr() + uint64(i*controlLen), Length: controlLen, LKey: e.ctrlMR.LKey()}
+}
+
+// recvWR is the receive request for receive slot i.
+func (e *Endpoint) recvWR(i int) verbs.RecvWR {
+	return verbs.RecvWR{ID: uint64(i), SGL: e.recvSGEs[i : i+1 : i+1]}
 }
 
 func (e *Endpoint) ctrlSlot(i int) []byte { return e.ctrl[i*controlLen : (i+1)*controlLen] }

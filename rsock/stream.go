@@ -61,8 +61,6 @@ type Stream struct {
 	err         error      // the stream failed
 	sendWRs     [2]verbs.SendWR
 	sendSGEs    [2][2]verbs.SGE
-	recvWR      [1]verbs.RecvWR
-	recvSGE     [1]verbs.SGE
 	ctrlWRs     [maxCtrlSends][1]verbs.SendWR // by send slot: posted outside mu
 	ctrlSGEs    [maxCtrlSends][1]verbs.SGE
 	readReady   chan struct{}

@@ -12,7 +12,7 @@
 //	server  the server side of local, for runs across hosts
 //	client  the client side of local, against a server
 //	stat    a running server's connections and devices (server -debug-addr)
-//	verbs   RDMA verbs tests over soft-RoCE, shaped like perftest's
+//	verbs   RDMA verbs tests over soft-RoCE or rdma-core, shaped like perftest's
 //	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
 //	rc-pingpong
 //	        a peer of rdma-core's ibv_rc_pingpong, wire- and CLI-compatible
@@ -77,7 +77,7 @@ Subcommands:
   server   serve local's measurements to clients on other hosts (-verify checks every byte)
   client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
   stat     print a running server's connections and devices, as ss -ti and rdma statistic (server -debug-addr)
-  verbs    RDMA verbs tests over soft-RoCE (perftest-style write_bw, write_lat, send_bw, read_bw)
+  verbs    RDMA verbs tests over soft-RoCE or rdma-core (perftest-style write_bw, write_lat, send_bw, read_bw)
   rc-pingpong  ibv_rc_pingpong-compatible SEND ping-pong over soft-RoCE (client with a host, else server)
   ib_send_bw, ib_write_bw, ib_read_bw, ib_write_lat
            perftest-compatible tests over soft-RoCE, against perftest's own programs (client with a host, else server)

@@ -49,6 +49,7 @@ func TestVerbsFlagErrors(t *testing.T) {
 		{"-tx-depth", "100000"},
 		{"-server", "-local"},
 		{"-roce", "localhost"},
+		{"-provider", "nosuch"},
 		{"-bogus"},
 		{"extra"},
 	} {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -21,7 +22,7 @@ import (
 )
 
 const streamUsage = `usage:
-  rsockbench local  [flags]                 server child process + client, on loopback
+  rsockbench local  [-host 127.0.0.1] [flags]  server child process + client, on loopback or -host
   rsockbench server [-addr 127.0.0.1:18600] [-tcp-addr ADDR] [-verify] [-sessions N] [-debug-addr ADDR]
   rsockbench client [-addr 127.0.0.1:18600] [flags]
 
@@ -71,7 +72,7 @@ const streamServerPrefix = "rsockbench server: rsock on "
 
 // streamFlags holds the flags of local, server and client.
 type streamFlags struct {
-	addr, tcpAddr, provider, link           string
+	addr, tcpAddr, provider, link, host     string
 	sizes, conns, modes, transports, nbytes string
 	jsonPath, plotPath, cpuProfile          string
 	debugAddr                               string
@@ -107,6 +108,8 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	}
 	if cmd != "local" {
 		fs.StringVar(&f.addr, "addr", defaultStreamAddr, "the server's netconn address: control and rsock data connections")
+	} else {
+		fs.StringVar(&f.host, "host", "127.0.0.1", "local IP both processes use (the server listens on it, port 0): an address\nwith a RoCEv2 GID lets -provider rdmacore run on the device that has it")
 	}
 	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
 	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp, memif, or dpdk (built with -tags dpdk)")
@@ -235,6 +238,11 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	}
 	defer stopProfile()
 	s, err := f.sweep(fs)
+	if err == nil {
+		if _, perr := netip.ParseAddr(f.host); perr != nil {
+			err = fmt.Errorf("-host %q: want an IP address", f.host)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench local: %v\n", err)
 		return exitUsage
@@ -486,7 +494,7 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 	// Devices linger after their last connection: close them before the
 	// process exits, so that a DPDK port cleans its environment up.
 	defer netconn.CloseIdleDevices()
-	args := []string{"server", "-addr", "127.0.0.1:0", "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
+	args := []string{"server", "-addr", net.JoinHostPort(f.host, "0"), "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
 	if f.cpuProfile != "" {
 		args = append(args, "-cpuprofile", f.cpuProfile+".server")
 	}

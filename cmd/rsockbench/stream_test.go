@@ -25,6 +25,7 @@ func TestStreamFlagErrors(t *testing.T) {
 		{"local", "-bytes", "1MiB", "-modes", "pingpong"},
 		{"local", "-corrupt-at", "5"},
 		{"local", "-addr", "x"},
+		{"local", "-host", "x"},
 		{"client", "extra"},
 		{"client", "-iters", "-1"},
 		{"server", "-addr", "127.0.0.1"},
@@ -74,8 +75,22 @@ func TestStreamBinary(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Run("local", func(t *testing.T) { testStreamLocal(t, bin) })
+	t.Run("host", func(t *testing.T) { testStreamLocalHost(t, bin) })
 	t.Run("verify", func(t *testing.T) { testStreamVerify(t, bin) })
 	t.Run("corrupt", func(t *testing.T) { testStreamCorrupt(t, bin) })
+}
+
+// testStreamLocalHost runs local's two processes on another loopback
+// address, as on a guest's RoCEv2 address for -provider rdmacore.
+func testStreamLocalHost(t *testing.T, bin string) {
+	args := []string{"local", "-v", "-host", "127.0.0.2", "-sizes", "1KiB", "-conns", "1", "-modes", "pingpong", "-duration", "100ms", "-iters", "50"}
+	code, stdout, stderr := runBin(t, bin, args...)
+	if code != 0 {
+		t.Fatalf("rsockbench %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, streamServerPrefix+"127.0.0.2:") || !strings.Contains(stdout, "rsock/tcp") {
+		t.Errorf("the server did not listen on 127.0.0.2, or no ratio:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
 }
 
 func testStreamLocal(t *testing.T, bin string) {

@@ -16,18 +16,22 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/internal/verbsbench"
+	"github.com/rsock-go/rsock/verbs"
 )
 
 const verbsUsage = `usage:
-  rsockbench verbs -server [-addr 127.0.0.1:18515] [-roce 127.0.0.1:0] [-persist]
-  rsockbench verbs [-addr 127.0.0.1:18515] [-roce 127.0.0.1:0] -test write_bw [flags]
-  rsockbench verbs -local -test write_bw [flags]
+  rsockbench verbs -server [-addr 127.0.0.1:18515] [-roce 127.0.0.1:0] [-provider P] [-persist]
+  rsockbench verbs [-addr 127.0.0.1:18515] [-roce 127.0.0.1:0] [-provider P] -test write_bw [flags]
+  rsockbench verbs -local [-provider P] -test write_bw [flags]
 
-Runs perftest-style RDMA tests between two soft-RoCE devices, each on its own
-UDP socket. The client connects to the server's TCP control address, they
-exchange queue pair parameters, run the test and the server reports its side.
--local starts the server as a child process on loopback (its RoCE link on the
--roce IP, port 0) and runs the client.
+Runs perftest-style RDMA tests between two verbs devices. With -provider
+softroce (the default) each side is a soft-RoCE device on its own UDP socket
+at -roce. With -provider rdmacore (a binary built with -tags rdmacore) each
+side opens the RDMA device that has a RoCEv2 GID for -roce's IP (its port is
+ignored), e.g. rxe0 or a ConnectX port. The client connects to the server's
+TCP control address, they exchange queue pair parameters, run the test and the
+server reports its side. -local starts the server as a child process (control
+on loopback, its device on the -roce IP, port 0) and runs the client.
 
 -test takes a comma-separated list of write_bw, write_lat, send_bw, read_bw,
 or all. Bandwidth rates are decimal (1 GB/s = 10^9 B/s); latencies are
@@ -43,6 +47,7 @@ const verbsServerPrefix = "verbs server listening on "
 type verbsFlags struct {
 	server, local, persist, verbose bool
 	addr, roce, tests, jsonPath     string
+	provider                        string
 	size, mtu, txDepth, rxDepth     int
 	cqMod, outs                     int
 	iters                           uint64
@@ -63,6 +68,7 @@ func runVerbs(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.verbose, "v", false, "-local: show the server child's output on stderr")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:18515", "TCP control address: the server listens on it, the client connects to it")
 	fs.StringVar(&f.roce, "roce", verbsbench.DefaultRoCEAddr, "local IP:port of the soft-RoCE UDP socket (port 0: 4791 if free, else ephemeral)")
+	fs.StringVar(&f.provider, "provider", verbsbench.ProviderSoftRoCE, "verbs provider: softroce, or a registered one (rdmacore with -tags rdmacore)")
 	fs.StringVar(&f.tests, "test", "write_bw", "tests to run: write_bw, write_lat, send_bw, read_bw, comma-separated, or all")
 	fs.IntVar(&f.size, "size", verbsbench.DefaultSize, "message size in bytes")
 	fs.IntVar(&f.mtu, "mtu", verbsbench.DefaultMTU, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
@@ -95,6 +101,11 @@ func runVerbs(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 
+	if _, ok := verbs.LookupProvider(f.provider); !ok && f.provider != verbsbench.ProviderSoftRoCE {
+		fmt.Fprintf(stderr, "rsockbench verbs: -provider %q is not built into this binary (it has %s)\n",
+			f.provider, strings.Join(append([]string{verbsbench.ProviderSoftRoCE}, verbs.Providers()...), ", "))
+		return exitUsage
+	}
 	var cfgs []verbsbench.Config
 	if !f.server {
 		if cfgs, err = f.configs(roce); err != nil {
@@ -150,7 +161,7 @@ func (f *verbsFlags) configs(roce netip.AddrPort) ([]verbsbench.Config, error) {
 		}
 		c := verbsbench.Config{Test: t, Size: f.size, MTU: f.mtu, Iters: f.iters, Duration: f.duration,
 			TxDepth: f.txDepth, RxDepth: f.rxDepth, CQMod: min(f.cqMod, f.txDepth), Outs: f.outs,
-			RoCE: roce, Timeout: f.timeout}
+			Provider: f.provider, RoCE: roce, Timeout: f.timeout}
 		if f.size <= 0 || f.mtu <= 0 || f.txDepth <= 0 || f.rxDepth <= 0 || f.cqMod <= 0 || f.outs <= 0 {
 			return nil, errors.New("-size, -mtu, -tx-depth, -rx-depth, -cq-mod and -outs must be positive")
 		}
@@ -189,7 +200,7 @@ func verbsServe(ctx context.Context, f *verbsFlags, roce netip.AddrPort, stdout 
 			return err
 		}
 		fmt.Fprintf(stdout, "client %v connected\n", conn.RemoteAddr())
-		err = verbsbench.Serve(ctx, conn, verbsbench.ServerConfig{RoCE: roce, Timeout: f.timeout,
+		err = verbsbench.Serve(ctx, conn, verbsbench.ServerConfig{Provider: f.provider, RoCE: roce, Timeout: f.timeout,
 			OnTest: func(p verbsbench.Params, r verbsbench.Report, err error) {
 				if err != nil {
 					fmt.Fprintf(stdout, "%v size=%d: failed: %v\n", p.Test, p.Size, err)
@@ -268,7 +279,7 @@ func verbsLocal(ctx context.Context, f *verbsFlags, cfgs []verbsbench.Config, st
 	// free, else ephemeral), so that a fixed -roce port is not taken twice.
 	roce, _ := netip.ParseAddrPort(f.roce)
 	args := []string{"verbs", "-server", "-addr", "127.0.0.1:0", "-roce", netip.AddrPortFrom(roce.Addr(), 0).String(),
-		"-timeout", f.timeout.String(), "-wait", "30s"}
+		"-provider", f.provider, "-timeout", f.timeout.String(), "-wait", "30s"}
 	var rest io.Writer
 	if f.verbose {
 		rest = prefixWriter{w: stderr, prefix: "server: "}

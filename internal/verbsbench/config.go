@@ -82,8 +82,13 @@ type Config struct {
 	CQMod    int // every CQMod-th send is signaled
 	Outs     int // READs in flight (read_bw)
 
+	// Provider is the verbs provider: ProviderSoftRoCE (the default) or
+	// a registered one such as "rdmacore".
+	Provider string
 	// RoCE is the local address of the soft-RoCE UDP link. Port 0 means
-	// 4791 if free, else an ephemeral port. Default 127.0.0.1:0.
+	// 4791 if free, else an ephemeral port. Default 127.0.0.1:0. With
+	// another provider its IP selects the device (the one with a RoCEv2
+	// GID for it) and its port is ignored.
 	RoCE netip.AddrPort
 	// Timeout bounds the control handshake and any stretch without a
 	// received packet during the test. Default DefaultTimeout.

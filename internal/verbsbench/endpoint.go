@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 
 	"github.com/rsock-go/rsock/internal/rocepeer"
 	"github.com/rsock-go/rsock/verbs"
-	"github.com/rsock-go/rsock/verbs/softroce"
 )
 
 // Pattern seeds: each side fills its buffer with its own pattern, so the
@@ -19,30 +19,61 @@ const (
 	serverSeed byte = 0xa5
 )
 
-// endpoint is one side of a test: a soft-RoCE device on its own UDP
-// socket, one RC QP and one registered buffer of slots message-sized
-// slots.
+// ProviderSoftRoCE names the soft-RoCE provider in Config.Provider: a
+// device of its own on a UDP socket at Config.RoCE. Any other name is
+// looked up in the verbs provider registry (rdmacore when the binary is
+// built with -tags rdmacore) and opened for Config.RoCE's IP address.
+const ProviderSoftRoCE = "softroce"
+
+// endpoint is one side of a test: a device (soft-RoCE on its own UDP
+// socket, or a registered provider's device), one RC QP and one
+// registered buffer of slots message-sized slots.
 type endpoint struct {
-	dev   *softroce.Device
-	pd    verbs.PD
-	scq   verbs.CQ
-	rcq   verbs.CQ
-	qp    verbs.QP
-	buf   []byte
-	mr    verbs.MR
-	size  int
-	slots int
-	psn   uint32
+	dev    verbs.Device
+	inline int            // the QP's inline capacity: smaller messages go inline
+	base   verbs.Counters // the device's counters at open: an RDMA device's count from boot
+	pd     verbs.PD
+	scq    verbs.CQ
+	rcq    verbs.CQ
+	qp     verbs.QP
+	buf    []byte
+	mr     verbs.MR
+	size   int
+	slots  int
+	psn    uint32
 }
 
-// openEndpoint opens a device on addr and creates the QP (moved to INIT)
-// and buffer for the test p.
-func openEndpoint(addr netip.AddrPort, p *Params, seed byte) (_ *endpoint, err error) {
-	dev, err := rocepeer.OpenDevice(addr)
+// openDevice opens provider's device for addr: soft-RoCE on a UDP socket
+// at addr, or a registered provider's device with a RoCEv2 GID for
+// addr's IP (its port is then 4791, the device's own).
+func openDevice(provider string, addr netip.AddrPort) (verbs.Device, error) {
+	if provider == "" || provider == ProviderSoftRoCE {
+		dev, err := rocepeer.OpenDevice(addr)
+		if err != nil {
+			return nil, err
+		}
+		return dev, nil
+	}
+	open, ok := verbs.LookupProvider(provider)
+	if !ok {
+		have := append([]string{ProviderSoftRoCE}, verbs.Providers()...)
+		return nil, fmt.Errorf("provider %q is not built into this binary (it has %s)", provider, strings.Join(have, ", "))
+	}
+	dev, err := open(addr.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("%s device for %v: %w", provider, addr.Addr(), err)
+	}
+	return dev, nil
+}
+
+// openEndpoint opens provider's device for addr and creates the QP
+// (moved to INIT) and buffer for the test p.
+func openEndpoint(provider string, addr netip.AddrPort, p *Params, seed byte) (_ *endpoint, err error) {
+	dev, err := openDevice(provider, addr)
 	if err != nil {
 		return nil, err
 	}
-	e := &endpoint{dev: dev, size: p.Size, slots: slotsFor(p.Size), psn: rand.Uint32() & psnMask}
+	e := &endpoint{dev: dev, base: dev.Counters(), size: p.Size, slots: slotsFor(p.Size), psn: rand.Uint32() & psnMask}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -58,13 +89,18 @@ func openEndpoint(addr netip.AddrPort, p *Params, seed byte) (_ *endpoint, err e
 	if e.rcq, err = dev.CreateCQ(depth); err != nil {
 		return nil, err
 	}
-	qp, err := e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: verbs.QPCap{
+	init := verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: verbs.QPCap{
 		MaxSendWR: uint32(max(p.TxDepth, 2*p.CQMod)), MaxRecvWR: uint32(p.RxDepth),
-		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}})
+		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}}
+	qp, err := e.pd.CreateQP(&init)
 	if err != nil {
-		return nil, fmt.Errorf("create QP: %w", err)
+		// A device with less inline room than maxInline: go without.
+		init.Cap.MaxInlineData = 0
+		if qp, err = e.pd.CreateQP(&init); err != nil {
+			return nil, fmt.Errorf("create QP: %w", err)
+		}
 	}
-	e.qp = qp
+	e.qp, e.inline = qp, int(init.Cap.MaxInlineData)
 	if e.buf, err = verbs.AllocBuffer(e.slots * e.size); err != nil {
 		return nil, err
 	}
@@ -81,10 +117,44 @@ func openEndpoint(addr netip.AddrPort, p *Params, seed byte) (_ *endpoint, err e
 	return e, nil
 }
 
-// describe fills the connection fields of p with this side's QP, link
+// localPorter is implemented by devices whose peers address them by UDP
+// port (soft-RoCE's udp link).
+type localPorter interface{ LocalAddr() netip.AddrPort }
+
+// roceAddr is this side's RoCEv2 address: its GID's IP and UDP port.
+func (e *endpoint) roceAddr() netip.AddrPort {
+	if lp, ok := e.dev.(localPorter); ok {
+		return lp.LocalAddr()
+	}
+	var gid verbs.GID
+	if gids := e.dev.Port().GIDs; len(gids) > 0 {
+		gid = gids[0]
+	}
+	return netip.AddrPortFrom(gid.Addr(), roceUDPPort)
+}
+
+// roceUDPPort is RoCEv2's UDP port, where a device listens.
+const roceUDPPort = 4791
+
+// counters returns the device's retransmit, timeout and RNR NAK counts
+// since the endpoint opened it (an RDMA device's include other users').
+func (e *endpoint) counters() (retransmits, timeouts, rnrNAKs uint64) {
+	c := e.dev.Counters()
+	return c.Retransmits - e.base.Retransmits, c.Timeouts - e.base.Timeouts, c.RNRNAKsSent - e.base.RNRNAKsSent
+}
+
+// transport names the device, e.g. "softroce/udp" or "rdmacore/rxe0".
+func (e *endpoint) transport() string {
+	if e.dev.Provider() == ProviderSoftRoCE {
+		return ProviderSoftRoCE + "/" + e.dev.Link()
+	}
+	return e.dev.Provider() + "/" + e.dev.Name()
+}
+
+// describe fills the connection fields of p with this side's QP, RoCEv2
 // address and memory region.
 func (e *endpoint) describe(p *Params) {
-	a := e.dev.LocalAddr()
+	a := e.roceAddr()
 	p.QPN = e.qp.QPN()
 	p.PSN = e.psn
 	p.GID = verbs.GIDFromAddr(a.Addr())
@@ -94,11 +164,17 @@ func (e *endpoint) describe(p *Params) {
 	p.Len = uint64(len(e.buf))
 }
 
-// connect moves the QP through RTR to RTS, aimed at peer.
+// connect moves the QP through RTR to RTS, aimed at peer. The path MTU
+// is the test's, capped at the port's active MTU (a device's follows its
+// Ethernet MTU).
 func (e *endpoint) connect(peer *Params) error {
+	mtu := verbs.MTUFromBytes(peer.MTU)
+	if active := e.dev.Port().ActiveMTU; active != 0 {
+		mtu = min(mtu, active)
+	}
 	err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 		AH:      verbs.AH{DGID: peer.GID, DPort: peer.Port},
-		PathMTU: verbs.MTUFromBytes(peer.MTU), DestQPN: peer.QPN, RQPSN: peer.PSN,
+		PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		MaxDestRdAtomic: uint8(peer.Outs), MinRNRTimer: 1},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
 			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)

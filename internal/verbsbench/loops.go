@@ -129,7 +129,7 @@ func (e *endpoint) runPing(ctx context.Context, p, peer *Params) (measured, erro
 		wr[0].ID = i
 		wr[0].Imm = uint32(i)
 		wr[0].Flags = 0
-		if p.Size <= maxInline {
+		if p.Size <= e.inline {
 			wr[0].Flags = verbs.SendInline
 		}
 		if (i+1)%every == 0 {
@@ -344,7 +344,7 @@ func (e *endpoint) runPong(s *serverRun, p, peer *Params) (Report, error) {
 		wr[0].ID = r.Msgs
 		wr[0].Imm = wc.Imm
 		wr[0].Flags = 0
-		if p.Size <= maxInline {
+		if p.Size <= e.inline {
 			wr[0].Flags = verbs.SendInline
 		}
 		if (r.Msgs+1)%every == 0 {

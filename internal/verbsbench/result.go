@@ -51,6 +51,9 @@ type Result struct {
 	ServerBytes   uint64 `json:"server_bytes"`
 	VerifiedBytes uint64 `json:"verified_bytes"`
 
+	// Transport names the client's device: "softroce/udp", or the
+	// provider and device name, e.g. "rdmacore/rxe0".
+	Transport string `json:"transport"`
 	LocalRoCE string `json:"local_roce"`
 	PeerRoCE  string `json:"peer_roce"`
 }
@@ -116,7 +119,7 @@ func (r *Result) WriteHeader(w io.Writer) {
 		title = r.Test
 	}
 	fmt.Fprint(w, rule)
-	fmt.Fprintf(w, "                    %s (soft-RoCE over UDP)\n", title)
+	fmt.Fprintf(w, "                    %s (%s)\n", title, transportTitle(r.Transport))
 	fmt.Fprintf(w, " Link: %s <-> %s  MTU: %d[B]  TX depth: %d\n", r.LocalRoCE, r.PeerRoCE, r.MTU, r.TxDepth)
 	fmt.Fprint(w, rule)
 	if r.Test == "write_lat" {
@@ -126,6 +129,14 @@ func (r *Result) WriteHeader(w io.Writer) {
 	}
 	fmt.Fprintf(w, " %-8s %-12s %-10s %-18s %-16s %-14s %-10s\n", "#bytes", "#iterations", "seconds",
 		"BW average[MB/s]", "BW average[GB/s]", "MsgRate[Mpps]", "retrans")
+}
+
+// transportTitle says in words what carried a test.
+func transportTitle(t string) string {
+	if t == "" || t == ProviderSoftRoCE+"/udp" {
+		return "soft-RoCE over UDP"
+	}
+	return t
 }
 
 // WriteRow prints r as one line under WriteHeader.

@@ -114,7 +114,7 @@ func Run(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 	}
 	cfg = cfg.withDefaults()
 	p := cfg.params()
-	ep, err := openEndpoint(cfg.RoCE, &p, clientSeed)
+	ep, err := openEndpoint(cfg.Provider, cfg.RoCE, &p, clientSeed)
 	if err != nil {
 		return nil, err
 	}
@@ -209,13 +209,14 @@ func Run(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 				rep.Msgs, rep.Bytes, done.Msgs, done.Bytes)
 		}
 	}
-	c := ep.dev.Counters()
+	retrans, timeouts, rnr := ep.counters()
 	r := newResult(&p, m)
-	r.LocalRoCE = ep.dev.LocalAddr().String()
+	r.Transport = ep.transport()
+	r.LocalRoCE = ep.roceAddr().String()
 	r.PeerRoCE = netip.AddrPortFrom(peer.GID.Addr(), peer.Port).String()
-	r.Retransmits = c.Retransmits + rep.Retransmits
-	r.Timeouts = c.Timeouts + rep.Timeouts
-	r.RNRNAKs = c.RNRNAKsSent + rep.RNRNAKs
+	r.Retransmits = retrans + rep.Retransmits
+	r.Timeouts = timeouts + rep.Timeouts
+	r.RNRNAKs = rnr + rep.RNRNAKs
 	r.CPUUser, r.CPUSys = (u1 - u0).Seconds(), (s1 - s0).Seconds()
 	r.ServerCPUUser, r.ServerCPUSys = rep.CPUUser.Seconds(), rep.CPUSys.Seconds()
 	r.ServerMsgs, r.ServerBytes = rep.Msgs, rep.Bytes
@@ -232,8 +233,11 @@ func Bye(conn net.Conn) error {
 
 // ServerConfig configures Serve.
 type ServerConfig struct {
+	// Provider is the verbs provider, as in Config.
+	Provider string
 	// RoCE is the local address of the soft-RoCE UDP link; port 0 means
-	// 4791 if free, else an ephemeral port. Default 127.0.0.1:0.
+	// 4791 if free, else an ephemeral port. Default 127.0.0.1:0. With
+	// another provider its IP selects the device, as in Config.
 	RoCE netip.AddrPort
 	// Timeout bounds the wait for each Hello, for the client's first
 	// packets, and any stretch without a received packet. Default
@@ -294,7 +298,7 @@ func serveTest(ctx context.Context, conn net.Conn, hello []byte, cfg *ServerConf
 		return peer, r, fmt.Errorf("%w: client: %w", ErrPeer, err)
 	}
 	p := peer
-	ep, err := openEndpoint(cfg.RoCE, &p, serverSeed)
+	ep, err := openEndpoint(cfg.Provider, cfg.RoCE, &p, serverSeed)
 	if err != nil {
 		sendError(conn, err)
 		return p, r, err
@@ -370,8 +374,7 @@ func serveTest(ctx context.Context, conn net.Conn, hello []byte, cfg *ServerConf
 		return p, r, err
 	}
 	<-exited
-	c := ep.dev.Counters()
-	r.Retransmits, r.Timeouts, r.RNRNAKs = c.Retransmits, c.Timeouts, c.RNRNAKsSent
+	r.Retransmits, r.Timeouts, r.RNRNAKs = ep.counters()
 	r.CPUUser, r.CPUSys = u1-u0, s1-s0
 	conn.SetWriteDeadline(time.Now().Add(cfg.Timeout))
 	if err := WriteFrame(conn, FrameReport, r.Encode()); err != nil {

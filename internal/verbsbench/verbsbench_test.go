@@ -16,6 +16,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // address and a function that waits for Serve's result.
 func startServer(t *testing.T, ctx context.Context) (string, func() error) {
 	t.Helper()
+	return startServerWith(t, ctx, ServerConfig{Timeout: 5 * time.Second})
+}
+
+// startServerWith is startServer with the server's configuration.
+func startServerWith(t *testing.T, ctx context.Context, cfg ServerConfig) (string, func() error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func startServer(t *testing.T, ctx context.Context) (string, func() error) {
 			return
 		}
 		defer conn.Close()
-		res <- Serve(ctx, conn, ServerConfig{Timeout: 5 * time.Second})
+		res <- Serve(ctx, conn, cfg)
 	}()
 	var got *error
 	wait := func() error {

@@ -6,8 +6,9 @@
 # part of .ci/run: it needs root and minutes of emulation. Run from
 # anywhere:  test/rxe/rdmacore.sh
 #
-# Two guests, g1 (10.99.0.11) and g2 (10.99.0.12), each with rxe0 on a
-# bridge in netns rxelab, whose host side is 10.99.0.1. Booted once,
+# Two guests, g1 (10.99.0.11) and g2 (10.99.0.12) unless RXE_G1/RXE_G2
+# name others, each with rxe0 on a bridge in netns rxelab (RXE_NETNS,
+# RXE_BRIDGE), whose host side is 10.99.0.1. Booted once,
 # everything runs in them, and they are stopped at the end:
 #
 #   1. verbs: every verbs operation through verbs/rdmacore on rxe0 in g1
@@ -26,15 +27,23 @@
 #   4. mixed peers: the host on soft-RoCE (in netns rxelab, 10.99.0.1)
 #      against g1 on rdmacore, host as server and as client, MIX_BYTES
 #      (64 MiB) each way at once, SHA-256 compared on both sides;
-#   5. numbers: rsockbench server in g2 and client in g1 with -provider
-#      rdmacore (rsock over rxe0 against TCP between the guests; local
-#      runs on loopback, which has no RoCEv2 GID), and rsockbench
-#      verbs -local in g1 (soft-RoCE: rsockbench verbs has no rdmacore
-#      mode) next to perftest's ib_write_bw/ib_write_lat on rxe0. Under
-#      emulation these are functional numbers, not performance.
+#   5. numbers (under emulation functional, not performance):
+#      a. rsockbench server in g2 and client in g1, -provider rdmacore:
+#         rsock over rxe0 against TCP between the guests;
+#      b. rsockbench local -host IP1 -provider rdmacore in g1: both
+#         processes on rxe0 (rxe loops back; loopback itself has no
+#         RoCEv2 GID), against TCP, Transport rdma/rdmacore/rxe0 checked
+#         at both ends;
+#      c. rsockbench verbs -provider rdmacore, -local in g1 and g1 -> g2:
+#         write_bw 64 KiB and write_lat 2 B, 200 iterations;
+#      d. the same rsockbench verbs -local on soft-RoCE in g1;
+#      e. perftest's ib_write_bw / ib_write_lat g1 -> g2, same sizes;
+#   6. async events: g1's eth0 taken down gives rxe's port error, which
+#      fails the QPs (flushed receives, Cause wrapping ECONNRESET); it
+#      runs last and brings eth0 up again.
 #
 # Environment: G2G_BYTES (16777216), VERIFY_BYTES (32MiB), MIX_BYTES
-# (67108864), PARTS ("1 2 3 4 5"), OUT (/tmp/rxe-rdmacore), KEEP_GUEST
+# (67108864), PARTS ("1 2 3 4 5 6"), OUT (/tmp/rxe-rdmacore), KEEP_GUEST
 # (1: leave the guests running), CASE_TIMEOUT (600 s).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,14 +61,19 @@ T=$(cd "$T" && pwd)
 G2G_BYTES=${G2G_BYTES:-16777216}
 VERIFY_BYTES=${VERIFY_BYTES:-32MiB}
 MIX_BYTES=${MIX_BYTES:-67108864}
-PARTS=${PARTS:-"1 2 3 4 5"}
+PARTS=${PARTS:-"1 2 3 4 5 6"}
 OUT=${OUT:-/tmp/rxe-rdmacore}
 IMG=${RXE_IMG:-/var/tmp/rxe-guest/img}
 RUN=${RXE_RUN:-/tmp/rxe-guest}
 NS=${RXE_NETNS:-rxelab}
 HOST_IP=${RXE_HOST_IP:-10.99.0.1}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
-G1=g1 G2=g2 IP1=10.99.0.11 IP2=10.99.0.12
+# The guests: RXE_G1/RXE_G2 (g1, g2); guest gN has 10.99.0.1N.
+G1=${RXE_G1:-g1} G2=${RXE_G2:-g2}
+IP1=10.99.0.1${G1#g} IP2=10.99.0.1${G2#g}
+case "$G1$G2" in g[0-9]g[0-9]) ;; *)
+	echo "FAIL: RXE_G1/RXE_G2 must be g0..g9 (guest gN has 10.99.0.1N)"; exit 1 ;;
+esac
 mkdir -p "$OUT"
 log() { echo "[rxe-rdmacore $(date +%T)] $*" >&2; }
 export PATH="/usr/local/go/bin:$PATH"
@@ -116,6 +130,18 @@ gtest() {
 	gx "$g" -- "cd /mnt/state && $* 2>&1" >"$out" 2>&1
 }
 want_part() { [[ " $PARTS " == *" $1 "* ]]; }
+# pair OUT SERVER CLIENT: runs the command SERVER in G2 (output in
+# OUT-server.txt), then after 3 s CLIENT in G1 (OUT-client.txt); sets crc
+# and src to their exit statuses.
+pair() {
+	gx $G2 -- "$2" >"$1-server.txt" 2>&1 &
+	local spid=$!
+	sleep 3
+	gx $G1 -- "$3" >"$1-client.txt" 2>&1
+	crc=$?
+	wait $spid
+	src=$?
+}
 to=$((CASE_TIMEOUT - 10))
 
 gx $G1 -- 'ibv_devinfo -d rxe0 | grep -E "state|active_mtu"; ldd /mnt/state/rdmacore.test 2>/dev/null | grep ibverbs' >"$OUT/devinfo.txt" 2>&1
@@ -123,7 +149,8 @@ gx $G1 -- 'rdma statistic show link rxe0/1' >"$OUT/stats-before-g1.txt" 2>&1
 
 if want_part 1; then
 	log "1. verbs operations through verbs/rdmacore on rxe0 (g1)"
-	gtest $G1 "$OUT/1-verbs.txt" "timeout $to ./rdmacore.test -test.v -test.timeout ${to}s"
+	# TestPortDownFailsQP takes eth0 down: part 6 runs it, last.
+	gtest $G1 "$OUT/1-verbs.txt" "timeout $to ./rdmacore.test -test.v -test.timeout ${to}s -test.skip TestPortDownFailsQP"
 	rc=$?
 	grep -E '^(--- |ok|PASS|FAIL)' "$OUT/1-verbs.txt" | grep -v '^    ' >&2
 	grep -q -- '--- SKIP' "$OUT/1-verbs.txt" && rc=skip
@@ -203,8 +230,6 @@ if want_part 4; then
 fi
 
 if want_part 5; then
-	# rsockbench local runs on loopback, which has no RoCEv2 GID; its
-	# cross-host form is server + client, which compares the same way.
 	log "5a. rsockbench server (g2) / client (g1): rsock on rdmacore (rxe0) against TCP"
 	gx $G2 -- "cd /mnt/state && timeout $to ./rsockbench server -provider rdmacore -sessions 1 -addr $IP2:18640" >"$OUT/5a-server.txt" 2>&1 &
 	spid=$!
@@ -215,20 +240,68 @@ if want_part 5; then
 	src=$?
 	cat "$OUT/5a-client.txt" >&2
 	record "5a rsockbench client/server g1->g2, rdmacore vs TCP (functional numbers)" "$crc" "$src"
-	log "5b. rsockbench verbs -local in g1 (soft-RoCE) and perftest on rxe0"
-	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench verbs -local -roce $IP1:0 -addr $IP1:18515 -test write_bw,write_lat -size 65536 -iters 200" >"$OUT/5b-verbs.txt" 2>&1
+
+	log "5b. rsockbench local -host $IP1 -provider rdmacore in g1: both processes on rxe0 (rxe loops back), against TCP"
+	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench local -host $IP1 -provider rdmacore -sizes 64B,16KiB,1MiB -conns 1 -duration 2s -iters 200 -timeout 60s -json /mnt/state/5b-local.json" >"$OUT/5b-local.txt" 2>&1
 	rc=$?
-	cat "$OUT/5b-verbs.txt" >&2
-	record "5b rsockbench verbs -local (soft-RoCE in the guest)" "$rc"
-	gx $G2 -- "timeout $to ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 200" >"$OUT/5c-perftest-g2.txt" 2>&1 &
-	spid=$!
-	sleep 2
-	gx $G1 -- "timeout $to ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 200 $IP2" >"$OUT/5c-perftest-g1.txt" 2>&1
-	crc=$?
-	wait $spid
-	src=$?
-	grep -A1 '#bytes' "$OUT/5c-perftest-g1.txt" >&2
-	record "5c perftest ib_write_bw g1->g2 on rxe0 (reference)" "$crc" "$src"
+	cat "$OUT/5b-local.txt" >&2
+	cp "$RUN/$G1/5b-local.json" "$OUT/" 2>/dev/null
+	# Every rsock record must say rdma/rdmacore/rxe0 on both sides.
+	if [ $rc = 0 ]; then
+		python3 - "$OUT/5b-local.json" <<'PY' >&2 || rc=transport
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rs = [r for r in recs if r["transport"] == "rsock"]
+bad = [r for r in rs if r["conn_transport"] != "rdma/rdmacore/rxe0" or r["server_transport"] != "rdma/rdmacore/rxe0"]
+print("5b: %d rsock records, %d not on rdma/rdmacore/rxe0 at both ends" % (len(rs), len(bad)))
+sys.exit(1 if bad or not rs else 0)
+PY
+	fi
+	record "5b rsockbench local -host $IP1 -provider rdmacore (Transport rdma/rdmacore/rxe0 both sides) vs TCP" "$rc"
+
+	# Same sizes for rsockbench verbs and perftest: 64 KiB WRITE
+	# bandwidth and 2-byte WRITE latency, 200 iterations, path MTU 1024
+	# (rxe's at Ethernet MTU 1500).
+	vflags="-mtu 1024 -iters 200 -timeout 60s"
+	log "5c. rsockbench verbs -provider rdmacore: -local in g1, then g1 -> g2"
+	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench verbs -local -provider rdmacore -roce $IP1:0 -test write_bw -size 65536 $vflags && timeout $to ./rsockbench verbs -local -provider rdmacore -roce $IP1:0 -test write_lat -size 2 $vflags" >"$OUT/5c-verbs-local.txt" 2>&1
+	rc=$?
+	cat "$OUT/5c-verbs-local.txt" >&2
+	grep -q 'rdmacore/rxe0' "$OUT/5c-verbs-local.txt" || rc=not-rdmacore
+	record "5c rsockbench verbs -local -provider rdmacore in g1 (write_bw 64KiB, write_lat 2B)" "$rc"
+	for t in "write_bw -size 65536" "write_lat -size 2"; do
+		tag=${t%% *}
+		# The server serves one client and exits.
+		pair "$OUT/5c-verbs-$tag" "cd /mnt/state && timeout $to ./rsockbench verbs -server -wait 120s -provider rdmacore -roce $IP2:0 -addr $IP2:18515 -timeout 60s" \
+			"cd /mnt/state && timeout $to ./rsockbench verbs -provider rdmacore -roce $IP1:0 -addr $IP2:18515 -test $t $vflags"
+		cat "$OUT/5c-verbs-$tag-client.txt" >&2
+		grep -q 'rdmacore/rxe0' "$OUT/5c-verbs-$tag-client.txt" || crc=not-rdmacore
+		record "5c rsockbench verbs -provider rdmacore $tag g1 -> g2" "$crc" "$src"
+	done
+
+	log "5d. the same in g1 on soft-RoCE (rsockbench verbs -local, its own UDP sockets)"
+	gx $G1 -- "cd /mnt/state && timeout $to ./rsockbench verbs -local -roce $IP1:0 -test write_bw -size 65536 $vflags && timeout $to ./rsockbench verbs -local -roce $IP1:0 -test write_lat -size 2 $vflags" >"$OUT/5d-verbs-softroce.txt" 2>&1
+	rc=$?
+	cat "$OUT/5d-verbs-softroce.txt" >&2
+	record "5d rsockbench verbs -local soft-RoCE in g1 (same sizes)" "$rc"
+
+	log "5e. perftest on rxe0, g1 -> g2, same sizes (reference)"
+	for tool in "ib_write_bw -s 65536" "ib_write_lat -s 2"; do
+		tag=${tool%% *}
+		pair "$OUT/5e-$tag" "timeout $to $tool -d rxe0 -x 1 -F -m 1024 -n 200" "timeout $to $tool -d rxe0 -x 1 -F -m 1024 -n 200 $IP2"
+		grep -A1 '#bytes' "$OUT/5e-$tag-client.txt" >&2
+		record "5e perftest $tag g1->g2 on rxe0 (reference)" "$crc" "$src"
+	done
+fi
+
+if want_part 6; then
+	# Last: it takes g1's eth0 down and up again.
+	log "6. async events: eth0 down in g1 gives a port error that fails the QPs (ECONNRESET)"
+	gtest $G1 "$OUT/6-portdown.txt" "RSOCK_RDMACORE_ADDR=$IP1 RSOCK_RDMACORE_PORTDOWN=eth0 timeout $to ./rdmacore.test -test.v -test.timeout ${to}s -test.run TestPortDownFailsQP"
+	rc=$?
+	grep -E 'failed:|async event|--- ' "$OUT/6-portdown.txt" >&2
+	grep -q -- '--- PASS: TestPortDownFailsQP' "$OUT/6-portdown.txt" || rc=not-passed
+	record "6 port down in g1 fails the QPs with the port error event" "$rc"
 fi
 
 gx $G1 -- 'rdma statistic show link rxe0/1' >"$OUT/stats-after-g1.txt" 2>&1

@@ -36,6 +36,7 @@ type CQ struct {
 	ahead   []verbs.WC // completions Wait polled ahead of Poll
 	scratch []C.struct_rs_wc
 	closed  bool
+	broken  error // an async event's CQ error: Poll and Wait return it
 
 	notify  chan struct{}
 	done    chan struct{}
@@ -108,6 +109,7 @@ func (c *CQ) watch() {
 		c.signal()
 		var rc C.int
 		err := c.rc.Read(func(uintptr) bool {
+			cgoCalls.Add(1)
 			rc = C.rs_get_event(c.ch)
 			return rc != C.EAGAIN
 		})
@@ -119,6 +121,7 @@ func (c *CQ) watch() {
 			return
 		default:
 		}
+		cgoCalls.Add(1)
 		if C.rs_req_notify(c.cq) != 0 {
 			return // the CQ is broken: Poll reports it
 		}
@@ -140,6 +143,9 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 	if c.closed {
 		return 0, verbs.ErrClosed
 	}
+	if c.broken != nil {
+		return 0, c.broken
+	}
 	k := copy(wcs, c.ahead)
 	c.ahead = c.ahead[:copy(c.ahead, c.ahead[k:])]
 	for k < len(wcs) {
@@ -159,6 +165,7 @@ func (c *CQ) Poll(wcs []verbs.WC) (int, error) {
 // pollLocked polls at most one batch into wcs. The caller holds c.mu.
 func (c *CQ) pollLocked(wcs []verbs.WC) (int, error) {
 	m := min(len(wcs), pollBatch)
+	cgoCalls.Add(1)
 	got := int(C.rs_poll(c.cq, &c.scratch[0], C.int(m)))
 	if got < 0 {
 		return 0, callErr("ibv_poll_cq", syscall.Errno(-got))
@@ -188,9 +195,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return verbs.ErrClosed
 		}
-		if len(c.ahead) > 0 {
+		if len(c.ahead) > 0 || c.broken != nil {
+			err := c.broken
 			c.mu.Unlock()
-			return nil
+			return err
 		}
 		n, err := c.pollLocked(one[:])
 		if n > 0 {

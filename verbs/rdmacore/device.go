@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,10 +79,14 @@ type Device struct {
 	view gidView
 
 	closed atomic.Bool
-	objMu  sync.Mutex // guards the object sets
-	pds    map[*PD]struct{}
-	cqs    map[*CQ]struct{}
-	closeM sync.Once
+	// asyncFile is a duplicate of the async event fd, registered with
+	// the poller; closing it ends the event goroutine.
+	asyncFile *os.File
+	asyncDone sync.WaitGroup
+	objMu     sync.Mutex // guards the object sets
+	pds       map[*PD]struct{}
+	cqs       map[*CQ]struct{}
+	closeM    sync.Once
 }
 
 var _ verbs.Device = (*Device)(nil)
@@ -151,8 +156,7 @@ func openOne(d *C.struct_ibv_device, name string, ip netip.Addr) (*Device, error
 		return nil, fmt.Errorf("rdmacore: %s: %w", name, err)
 	}
 	view := newGIDView(table, chosen)
-	ok = true
-	return &Device{
+	dev := &Device{
 		name: name,
 		ctx:  ctx,
 		view: view,
@@ -164,7 +168,12 @@ func openOne(d *C.struct_ibv_device, name string, ip netip.Addr) (*Device, error
 		},
 		pds: make(map[*PD]struct{}),
 		cqs: make(map[*CQ]struct{}),
-	}, nil
+	}
+	if err := dev.watchAsync(); err != nil {
+		return nil, fmt.Errorf("rdmacore: %s: %w", name, err)
+	}
+	ok = true
+	return dev, nil
 }
 
 // gidTable reads port 1's valid GIDs with their types.
@@ -270,6 +279,7 @@ func (d *Device) Close() error {
 	for _, p := range pds {
 		errs = append(errs, p.Close())
 	}
+	d.stopAsync()
 	if rc, err := C.ibv_close_device(d.ctx); rc != 0 {
 		errs = append(errs, callErr("ibv_close_device", errnoOf(err)))
 	}

@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -28,10 +29,15 @@ type QP struct {
 	life   sync.RWMutex
 	closed bool
 
+	cause atomic.Pointer[error] // the async event that failed the QP
+
 	scratch sync.Pool // *postScratch
 }
 
-var _ verbs.QP = (*QP)(nil)
+var (
+	_ verbs.QP     = (*QP)(nil)
+	_ verbs.Causer = (*QP)(nil)
+)
 
 // postScratch holds the flat work requests and scatter lists of one post.
 type postScratch struct {
@@ -186,6 +192,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, verbs.ErrClosed
 	}
 	var posted C.int
+	cgoCalls.Add(1)
 	rc := C.rs_post_send(q.qp, &s.swr[0], C.int(len(s.swr)), sgePtr(s.sge), &posted)
 	return int(posted), q.postErr("ibv_post_send", rc)
 }
@@ -212,6 +219,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		return 0, verbs.ErrClosed
 	}
 	var posted C.int
+	cgoCalls.Add(1)
 	rc := C.rs_post_recv(q.qp, &s.rwr[0], C.int(len(s.rwr)), sgePtr(s.sge), &posted)
 	return int(posted), q.postErr("ibv_post_recv", rc)
 }

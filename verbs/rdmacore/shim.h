@@ -217,6 +217,54 @@ static int rs_get_event(struct ibv_comp_channel *ch) {
 	return 0;
 }
 
+// rs_async is an async event with what names its object copied out:
+// the QP's number, the CQ's address, or the port.
+struct rs_async {
+	int kind;
+	uint32_t qpn;
+	uintptr_t cq;
+	int port;
+};
+
+// rs_get_async takes one event off the device's non-blocking async fd,
+// copies it into out and acknowledges it at once (a QP or CQ cannot be
+// destroyed while an event of it is unacknowledged). It returns 0, or
+// the error number (EAGAIN: none yet).
+static int rs_get_async(struct ibv_context *ctx, struct rs_async *out) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev)) return errno ? errno : EIO;
+	memset(out, 0, sizeof *out);
+	out->kind = ev.event_type;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->qpn = ev.element.qp->qp_num;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		out->cq = (uintptr_t)ev.element.cq;
+		break;
+	case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out->port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
+// rs_to_error moves a QP to the error state, which flushes its work
+// requests as completions with IBV_WC_WR_FLUSH_ERR.
+static int rs_to_error(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_ERR;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
 static int rs_nonblock(int fd) {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0) return errno;

@@ -1,0 +1,59 @@
+//go:build rdmacore
+
+package rdmacore
+
+import (
+	"io"
+	"testing"
+
+	"github.com/rsock-go/rsock/rsock"
+)
+
+// TestCgoCallsPerMessage streams 64-byte messages over an rsock stream
+// between two endpoints on the device and counts the data path's cgo
+// calls per message, both ends together: one post per write, polls and
+// receive reposts per batch of completions, completion events.
+func TestCgoCallsPerMessage(t *testing.T) {
+	d := openTestDevice(t)
+	pd, err := d.AllocPD()
+	must(t, err)
+	t.Cleanup(func() { pd.Close() })
+	var eps [2]*rsock.Endpoint
+	for i := range eps {
+		if eps[i], err = rsock.NewEndpoint(d, pd, rsock.Config{KeepAlive: -1}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eps[i].Close() })
+	}
+	var ss [2]*rsock.Stream
+	for i := range ss {
+		if ss[i], err = eps[i].Connect(eps[1-i].Params(), rsock.ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ss[i].Close() })
+	}
+	const msgs, size = 4000, 64
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.CopyN(io.Discard, ss[1], msgs*size)
+		read <- err
+	}()
+	before := cgoCalls.Load()
+	msg := make([]byte, size)
+	for range msgs {
+		if _, err := ss[0].Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	calls := cgoCalls.Load() - before
+	per := float64(calls) / msgs
+	t.Logf("%d messages of %d B: %d cgo calls, %.2f per message (writer and reader together)", msgs, size, calls, per)
+	// Without batching a message costs the writer a poll and a post and
+	// the reader a poll, a repost and an event with its re-arm: 6.
+	if per >= 6 {
+		t.Errorf("%.2f cgo calls per message: completions or reposts are not batched", per)
+	}
+}
