@@ -260,10 +260,7 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	if l.driver == "net_memif" {
-		// net_memif claims 1518-byte frames at most, but copies frames of
-		// any length (chained descriptors, merged into one mbuf on the
-		// receiving side): the link's own MTU is the configured one.
+	if bigFrames[l.driver] {
 		mtu = min(mtu, 1500)
 	}
 	intr := !c.NoInterrupts && !noRxIntr[l.driver]
@@ -293,7 +290,7 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	if l.mtu, err = rte.MTU(port); err != nil {
 		return fail(err)
 	}
-	if l.driver == "net_memif" && c.MTU > l.mtu {
+	if bigFrames[l.driver] && c.MTU > l.mtu {
 		l.mtu = c.MTU
 	}
 	l.st = station{mac: wire.MAC(mac), ip: c.Local.Addr()}
@@ -313,6 +310,14 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	busy[port] = true
 	return l, nil
 }
+
+// bigFrames are the drivers that claim 1518-byte frames at most (DPDK
+// 22.11 refuses a larger MTU) but carry longer ones: net_memif copies
+// frames of any length (chained descriptors, merged into one mbuf on the
+// receiving side), net_af_packet those that fit its ring frames (see
+// portDevargs) and the interface's MTU, which the link leaves as it is.
+// The link's own MTU is then the configured one.
+var bigFrames = map[string]bool{"net_memif": true, "net_af_packet": true}
 
 // noRxIntr are the drivers without rx interrupts in DPDK 22.11 (no
 // rx_queue_intr_enable); asking them for one only logs an error.
