@@ -39,7 +39,9 @@ func (b NDPNeighborAdvert) TargetAddress() netip.Addr {
 }
 
 // Options returns the options.
-func (b NDPNeighborAdvert) Options() NDPOptions { return NDPOptions(b[NDPNeighborAdvertMinLen:len(b):len(b)]) }
+func (b NDPNeighborAdvert) Options() NDPOptions {
+	return NDPOptions(b[NDPNeighborAdvertMinLen:len(b):len(b)])
+}
 
 // Encode writes the flags and the target address and clears the
 // reserved bits.

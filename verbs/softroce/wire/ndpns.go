@@ -22,7 +22,9 @@ func (b NDPNeighborSolicit) TargetAddress() netip.Addr {
 }
 
 // Options returns the options.
-func (b NDPNeighborSolicit) Options() NDPOptions { return NDPOptions(b[NDPNeighborSolicitMinLen:len(b):len(b)]) }
+func (b NDPNeighborSolicit) Options() NDPOptions {
+	return NDPOptions(b[NDPNeighborSolicitMinLen:len(b):len(b)])
+}
 
 // Encode clears the reserved field and writes the target address.
 func (b NDPNeighborSolicit) Encode(target netip.Addr) {

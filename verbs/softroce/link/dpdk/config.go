@@ -64,8 +64,8 @@ type Config struct {
 	// Gateway is the next hop for destinations outside Local's prefix;
 	// without one they are unreachable.
 	Gateway netip.Addr
-	// Neighbours are static entries of the neighbour table, needed for
-	// IPv6 (which this link does not resolve).
+	// Neighbours are static entries of the neighbour table, which
+	// override ARP and neighbour discovery.
 	Neighbours map[netip.Addr]wire.MAC
 	// MAC is the Ethernet address the link uses; the port's if zero. A
 	// port that filters on its own MAC receives nothing for another
