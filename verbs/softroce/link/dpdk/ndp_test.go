@@ -8,11 +8,6 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
-var (
-	me6   = station{mac: wire.MAC{2, 0, 0, 0, 0, 1}, ip: netip.MustParseAddr("fd00::1")}
-	peer6 = station{mac: wire.MAC{2, 0, 0, 0, 0, 2}, ip: netip.MustParseAddr("fd00::2")}
-)
-
 // ndMessage returns the ICMPv6 message of a neighbour discovery frame
 // and checks its headers: from st to (dstMAC, dst), hop limit 255, a
 // valid checksum.
