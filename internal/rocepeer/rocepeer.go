@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 
 	"github.com/rsock-go/rsock/verbs/softroce"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
@@ -51,16 +53,56 @@ func ForConn(addr netip.AddrPort, conn net.Conn) (netip.AddrPort, error) {
 	return For(addr, ta.AddrPort().Addr().Unmap())
 }
 
-// OpenDevice opens a soft-RoCE device on a UDP link bound to addr.
+// EnvLink names the link the device is opened on: a link registered
+// with link.Register (dpdk, in binaries built with -tags dpdk), which is
+// configured by its own knobs; anything else, or unset, means a UDP
+// socket. It is netconn's variable, so that RSOCK_LINK=dpdk moves every
+// mode of rsockbench onto the dpdk link.
+const EnvLink = "RSOCK_LINK"
+
+// OpenDevice opens a soft-RoCE device on addr: on the registered link
+// $RSOCK_LINK names, whose address must then be addr's IP, else on a UDP
+// link bound to addr.
 func OpenDevice(addr netip.AddrPort) (*softroce.Device, error) {
-	l, err := udp.Listen(udp.Config{Addr: addr})
+	l, err := openLink(addr)
 	if err != nil {
-		return nil, fmt.Errorf("RoCE link on %v: %w", addr, err)
+		return nil, err
 	}
-	dev, err := softroce.Open(softroce.Config{Link: l})
+	cfg := softroce.Config{Link: l}
+	if m, ok := l.(interface{ MTU() int }); ok && l.Name() != "udp" {
+		mtu, err := softroce.MTUForIP(m.MTU(), !l.LocalAddr().Addr().Is4())
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("%s link: %w", l.Name(), err)
+		}
+		cfg.MaxMTU = mtu
+	}
+	dev, err := softroce.Open(cfg)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("soft-RoCE device: %w", err)
 	}
 	return dev, nil
+}
+
+// openLink opens the link OpenDevice puts its device on.
+func openLink(addr netip.AddrPort) (link.Link, error) {
+	name := os.Getenv(EnvLink)
+	open, ok := link.Lookup(name)
+	if name == "" || !ok {
+		l, err := udp.Listen(udp.Config{Addr: addr})
+		if err != nil {
+			return nil, fmt.Errorf("RoCE link on %v: %w", addr, err)
+		}
+		return l, nil
+	}
+	l, err := open(link.OpenConfig{Addr: addr.Addr()})
+	if err != nil {
+		return nil, fmt.Errorf("%s link: %w", name, err)
+	}
+	if got := l.LocalAddr(); got.Addr() != addr.Addr().Unmap() || got.Port() != addr.Port() {
+		l.Close()
+		return nil, fmt.Errorf("%s link is at %v, not at %v (the RoCE address)", name, got, addr)
+	}
+	return l, nil
 }

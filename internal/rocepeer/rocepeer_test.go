@@ -4,6 +4,9 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
 )
 
 func TestFor(t *testing.T) {
@@ -31,5 +34,41 @@ func TestForConn(t *testing.T) {
 	given := netip.MustParseAddrPort("127.0.0.1:5000")
 	if got, err := ForConn(given, a); err != nil || got != given {
 		t.Errorf("ForConn(%v) = %v, %v; want it unchanged", given, got, err)
+	}
+}
+
+// TestOpenDeviceRegistered opens the device on the link $RSOCK_LINK
+// names when one is registered under that name, and refuses one whose
+// address is not the RoCE address.
+func TestOpenDeviceRegistered(t *testing.T) {
+	pn := pipe.NewNetwork(pipe.Faults{})
+	defer pn.Close()
+	at := netip.MustParseAddrPort("192.0.2.7:4791")
+	opened := 0
+	link.Register("rocepeer-test", func(link.OpenConfig) (link.Link, error) {
+		opened++
+		return pn.Endpoint(at)
+	})
+	t.Setenv(EnvLink, "rocepeer-test")
+	dev, err := OpenDevice(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.Link(); got != "pipe" || opened != 1 {
+		t.Errorf("device on link %q after %d opens; want the registered pipe link, opened once", got, opened)
+	}
+	dev.Close()
+	if dev, err := OpenDevice(netip.MustParseAddrPort("192.0.2.8:4791")); err == nil {
+		dev.Close()
+		t.Error("OpenDevice accepted a registered link at another address")
+	}
+	t.Setenv(EnvLink, "no-such-link")
+	if dev, err := OpenDevice(netip.MustParseAddrPort("127.0.0.1:0")); err != nil {
+		t.Errorf("unregistered link name: %v; want the UDP link", err)
+	} else {
+		if got := dev.Link(); got != "udp" {
+			t.Errorf("unregistered link name: device on %q, want udp", got)
+		}
+		dev.Close()
 	}
 }

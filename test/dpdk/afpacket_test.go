@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -72,34 +73,53 @@ func dialClient() int {
 
 // afPacketEnv is the environment of a process whose netconn runs on
 // the dpdk link on net_af_packet over the namespace's veth, or (dpdk
-// false) on the udp link.
-func afPacketEnv(ns *netlab.Namespace, useDPDK bool) []string {
+// false) on the udp link. Over IPv6 the dpdk link has an address of its
+// own (dpdkIPv6), which the kernel does not have: neighbour discovery
+// for it is the link's alone.
+func afPacketEnv(ns *netlab.Namespace, useDPDK, ipv6 bool) []string {
 	if !useDPDK {
 		return []string{netconn.EnvLink + "=udp"}
+	}
+	ip := ns.IPv4.String() + "/24"
+	if ipv6 {
+		ip = dpdkIPv6(ns).String() + "/64"
 	}
 	return []string{
 		netconn.EnvLink + "=dpdk",
 		dpdk.EnvArgs + "=--no-huge -m 256 --no-pci --no-telemetry --log-level=lib.eal:warning",
 		dpdk.EnvPort + "=net_af_packet0,iface=" + ns.Dev,
-		dpdk.EnvIP + "=" + ns.IPv4.String() + "/24",
+		dpdk.EnvIP + "=" + ip,
 	}
+}
+
+// dpdkIPv6 is the dpdk link's IPv6 address in ns: the namespace's own
+// plus 0x100, in the same /64.
+func dpdkIPv6(ns *netlab.Namespace) netip.Addr {
+	a := ns.IPv6.As16()
+	a[14]++
+	return netip.AddrFrom16(a)
 }
 
 // TestAFPacket runs a netconn stream between two processes in two
 // network namespaces joined by a veth pair at MTU 1500: the echo server
 // in A, the client in B, each on the dpdk link on net_af_packet over its
 // veth or on the udp link. Byte-exact, each reporting its own transport.
+// Over IPv6 the dpdk link resolves its peer with neighbour solicitations
+// and answers the peer's (the kernel's, on the udp link) for an address
+// only it has.
 func TestAFPacket(t *testing.T) {
 	if err := netlab.Check(); err != nil {
 		t.Skip(err)
 	}
 	for _, c := range []struct {
-		name             string
-		serverDPDK, dial bool
+		name                   string
+		serverDPDK, dial, ipv6 bool
 	}{
-		{"dpdk-dpdk", true, true},
-		{"dpdk-udp", true, false},
-		{"udp-dpdk", false, true},
+		{"dpdk-dpdk", true, true, false},
+		{"dpdk-udp", true, false, false},
+		{"udp-dpdk", false, true, false},
+		{"ipv6/dpdk-dpdk", true, true, true},
+		{"ipv6/dpdk-udp", true, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lab, err := netlab.New(netlab.Config{MTU: 1500, Prefix: "rsdpdk"})
@@ -107,12 +127,12 @@ func TestAFPacket(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lab.Close()
-			runPair(t, lab, c.serverDPDK, c.dial)
+			runPair(t, lab, c.serverDPDK, c.dial, c.ipv6)
 		})
 	}
 }
 
-func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK bool) {
+func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK, ipv6 bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -126,10 +146,11 @@ func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK bool) {
 		return "transport rdma/softroce/udp"
 	}
 	srv := lab.A.Command(ctx, exe, "-test.run=^$")
-	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+lab.A.IPv4.String()+":0"), afPacketEnv(lab.A, serverDPDK)...)
+	listen := netip.AddrPortFrom(lab.A.Addr(ipv6), 0).String()
+	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+listen), afPacketEnv(lab.A, serverDPDK, ipv6)...)
 	addr, srvErr := startEcho(t, srv)
 	cli := lab.B.Command(ctx, exe, "-test.run=^$")
-	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK)...)
+	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK, ipv6)...)
 	var cliErr bytes.Buffer
 	cli.Stderr = &cliErr
 	if err := cli.Run(); err != nil {

@@ -23,11 +23,20 @@
 # outlast 67 ms. ibv_rc_pingpong has no such option: its retries are
 # reported, not failed.
 #
-# Environment: RXE_GUEST (g1), TOOLS (all five), MTUS ("1024 4096"),
+# LINK=dpdk runs our side on the dpdk link instead of a UDP socket: a
+# DPDK net_af_packet port on the guest's bridge (which the kernel shares:
+# same MAC and IP), Ethernet, IP, UDP, ARP and the full ICRC check in user
+# space. rsockbench is then built with -tags dpdk (libdpdk-dev) and every
+# case must also report ICRCUnverified:0 in its counters: rxe's ICRC was
+# checked on every packet (the udp link cannot, and reports each of rxe's
+# packets unverified, so this also shows the dpdk link carried them).
+#
+# Environment: LINK (udp | dpdk), RXE_GUEST (g1), TOOLS (all five), MTUS ("1024 4096"),
 # SIZES ("1 4096 65536 1048576"), ITERS (10; 1 MiB uses BIG_ITERS, 5),
 # OUT (/tmp/rxe-interop), CAPTURE (1: tshark the first case of each
 # program into $OUT/<program>.pcap and decode it), KEEP_GUEST (1: leave
-# the guest running).
+# the guest running), RXE_NETNS and RXE_BRIDGE (rxelab, rxebr0: the
+# namespace and bridge, as ../shared/rxe-guest names them).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -48,6 +57,8 @@ CAPTURE=${CAPTURE:-1}
 IMG=${RXE_IMG:-/var/tmp/rxe-guest/img}
 RUN=${RXE_RUN:-/tmp/rxe-guest}
 NS=${RXE_NETNS:-rxelab}
+BR=${RXE_BRIDGE:-rxebr0}
+LINK=${LINK:-udp}
 HOST_IP=${RXE_HOST_IP:-10.99.0.1}
 GUEST_IP=10.99.0.1${G#g}
 CASE_TIMEOUT=${CASE_TIMEOUT:-180}
@@ -59,9 +70,15 @@ if [ ! -f "$IMG/vmlinux" ] || [ ! -f "$IMG/initrd.img" ] || [ ! -d "$IMG/rootfs/
 	"$T/build-image.sh" "$IMG" || { echo "FAIL: build-image.sh"; exit 1; }
 fi
 
-log "building rsockbench"
+log "building rsockbench (link $LINK)"
 BIN=$OUT/rsockbench
-(cd "$root" && go build -o "$BIN" ./cmd/rsockbench) || { echo "FAIL: go build"; exit 1; }
+tags=()
+case $LINK in
+udp) ;;
+dpdk) tags=(-tags dpdk) ;;
+*) echo "FAIL: LINK=$LINK: want udp or dpdk"; exit 1 ;;
+esac
+(cd "$root" && go build "${tags[@]}" -o "$BIN" ./cmd/rsockbench) || { echo "FAIL: go build"; exit 1; }
 
 guest_up() { [ -f "$RUN/$G/ready" ] && [ -f "$RUN/$G/qemu.pid" ] && kill -0 "$(cat "$RUN/$G/qemu.pid")" 2>/dev/null; }
 need_mtu=1500
@@ -73,6 +90,15 @@ else
 	mtuopt=()
 	[ "$need_mtu" != 1500 ] && mtuopt=(--mtu "$need_mtu")
 	"$T/start-guest.sh" -n "$G" "${mtuopt[@]}" -q || { echo "FAIL: start-guest.sh"; exit 1; }
+fi
+# host runs our side in the namespace, on the link LINK names. The dpdk
+# link's MTU is the guest's Ethernet MTU (the bridge's already).
+host() { ip netns exec "$NS" "${hostenv[@]}" timeout "$CASE_TIMEOUT" "$BIN" "$@"; }
+hostenv=(env)
+if [ "$LINK" = dpdk ]; then
+	hostenv+=(RSOCK_LINK=dpdk "RSOCK_DPDK_ARGS=--no-huge -m 256 --no-pci --no-telemetry --log-level=lib.eal:warning"
+		"RSOCK_DPDK_PORT=net_af_packet0,iface=$BR"
+		"RSOCK_DPDK_IP=$HOST_IP/24" "RSOCK_DPDK_MTU=$need_mtu")
 fi
 cleanup() {
 	if [ "${KEEP_GUEST:-0}" != 1 ]; then
@@ -101,6 +127,7 @@ port=18515
 # clean; drops that still happen are counted (tapdrops) and explain any
 # retry of rxe's in the same run.
 ip netns exec "$NS" ip link set "rxt-$G" txqueuelen 20000
+t0=$SECONDS
 tapdrops() { ip netns exec "$NS" cat "/sys/class/net/rxt-$G/statistics/tx_dropped"; }
 
 # counter prints the value of a named rxe counter from a stats file.
@@ -121,7 +148,7 @@ for tool in $TOOLS; do
 				tag=$tool-$dir-m$mtu-s$size
 				cap=
 				if [ "$first" = 1 ] && [ "$CAPTURE" = 1 ] && command -v tshark >/dev/null; then
-					ip netns exec "$NS" timeout 120 tshark -q -i rxebr0 -F pcap -f 'udp port 4791' -c 80 -w "$OUT/$tool.pcap" >"$OUT/$tool.tshark.log" 2>&1 &
+					ip netns exec "$NS" timeout 120 tshark -q -i "rxt-$G" -F pcap -f 'udp port 4791' -c 80 -w "$OUT/$tool.pcap" >"$OUT/$tool.tshark.log" 2>&1 &
 					cap=$!
 					sleep 2
 				fi
@@ -143,7 +170,7 @@ for tool in $TOOLS; do
 					gpid=$!
 					hrc=1
 					for _ in $(seq 60); do
-						ip netns exec "$NS" timeout "$CASE_TIMEOUT" "$BIN" "$mode" -v "${common[@]}" "$GUEST_IP" >"$OUT/$tag.host" 2>&1
+						host "$mode" -v "${common[@]}" "$GUEST_IP" >"$OUT/$tag.host" 2>&1
 						hrc=$?
 						grep -q "couldn't connect" "$OUT/$tag.host" || break
 						sleep 0.5
@@ -151,7 +178,7 @@ for tool in $TOOLS; do
 					wait $gpid
 					grc=$?
 				else
-					ip netns exec "$NS" timeout "$CASE_TIMEOUT" "$BIN" "$mode" -v -roce "$HOST_IP:4791" "${common[@]}" >"$OUT/$tag.host" 2>&1 &
+					host "$mode" -v -roce "$HOST_IP:4791" "${common[@]}" >"$OUT/$tag.host" 2>&1 &
 					hpid=$!
 					sleep 0.5
 					gx -t "$CASE_TIMEOUT" "$G" -- "timeout $((CASE_TIMEOUT - 5)) ${theirs[*]} $HOST_IP" >"$OUT/$tag.guest" 2>&1
@@ -168,12 +195,15 @@ for tool in $TOOLS; do
 					gb=$(row_of "$OUT/$tag.guest")
 				fi
 				st=PASS
-				if [ "$hrc" != 0 ] || [ "$grc" != 0 ] || [ "${hb:-x}" != "$want" ] || [ "${gb:-x}" != "$want" ]; then
+				unv=$(grep -oE 'ICRCUnverified:[0-9]+' "$OUT/$tag.host" | head -1 | cut -d: -f2)
+				recv=$(grep -oE 'RecvPackets:[0-9]+' "$OUT/$tag.host" | head -1 | cut -d: -f2)
+				if [ "$hrc" != 0 ] || [ "$grc" != 0 ] || [ "${hb:-x}" != "$want" ] || [ "${gb:-x}" != "$want" ] ||
+					{ [ "$LINK" = dpdk ] && { [ "${unv:-x}" != 0 ] || [ "${recv:-0}" = 0 ]; }; }; then
 					st=FAIL
 					fail=$((fail + 1))
 				fi
-				results+=("$(printf '%-4s %-15s %-12s mtu=%-4s size=%-7s iters=%-3s rsock_rc=%-3s rxe_rc=%-3s rsock=%-10s rxe=%-10s want=%s' \
-					$st "$tool" $dir "$mtu" "$size" "$n" "$hrc" "$grc" "${hb:--}" "${gb:--}" "$want")")
+				results+=("$(printf '%-4s %-15s %-12s mtu=%-4s size=%-7s iters=%-3s rsock_rc=%-3s rxe_rc=%-3s rsock=%-10s rxe=%-10s want=%s icrc_unverified=%s/%s' \
+					$st "$tool" $dir "$mtu" "$size" "$n" "$hrc" "$grc" "${hb:--}" "${gb:--}" "$want" "${unv:--}" "${recv:--}")")
 				log "${results[-1]}"
 			done
 		done
@@ -212,5 +242,5 @@ for f in "$OUT"/*.pcap; do
 done
 echo "== summary (logs in $OUT) =="
 printf '%s\n' "${results[@]}" "${notes[@]}"
-echo "$(( ${#results[@]} - fail )) passed, $fail failed"
+echo "$(( ${#results[@]} - fail )) passed, $fail failed (link $LINK, $((SECONDS - t0)) s)"
 [ "$fail" = 0 ]

@@ -64,14 +64,16 @@ type Config struct {
 	// Gateway is the next hop for destinations outside Local's prefix;
 	// without one they are unreachable.
 	Gateway netip.Addr
-	// Neighbours are static entries of the neighbour table, needed for
-	// IPv6 (which this link does not resolve).
+	// Neighbours are static entries of the neighbour table, which
+	// override ARP and neighbour discovery.
 	Neighbours map[netip.Addr]wire.MAC
 	// MAC is the Ethernet address the link uses; the port's if zero. A
 	// port that filters on its own MAC receives nothing for another
 	// (unless promiscuous).
 	MAC wire.MAC
-	// MTU sets the port's MTU if non-zero.
+	// MTU sets the port's MTU if non-zero. On net_af_packet it is the
+	// link's only: the interface keeps its own MTU, which must be at
+	// least as large.
 	MTU int
 	// RxDesc, TxDesc and Mbufs size the queues and the mbuf pool.
 	RxDesc, TxDesc, Mbufs int
@@ -177,17 +179,41 @@ func nextHop(local netip.Prefix, gw, dst netip.Addr) (netip.Addr, bool) {
 	return gw, gw.IsValid()
 }
 
-// memifBufferArg is the devargs key of net_memif's descriptor buffer size.
-const memifBufferArg = "bsize="
+// Devargs keys the link adds for frames above 1500 bytes.
+const (
+	// memifBufferArg is net_memif's descriptor buffer size.
+	memifBufferArg = "bsize="
+	// afPacketFrameArg and afPacketBlockArg are net_af_packet's ring
+	// frame and block sizes.
+	afPacketFrameArg = "framesz="
+	afPacketBlockArg = "blocksz="
+)
 
-// portDevargs returns the devargs to hot-plug for spec at MTU mtu: a
-// net_memif vdev above 1500 bytes gets descriptor buffers of a whole
-// frame (bsize) unless spec sets them, since DPDK 22.11 loses frames it
-// chains over several descriptors.
+// afPacketFrameRoom is what a net_af_packet ring frame holds besides the
+// Ethernet frame: the kernel's tpacket header and alignment.
+const afPacketFrameRoom = 128
+
+// portDevargs returns the devargs to hot-plug for spec at MTU mtu. Above
+// 1500 bytes a net_memif vdev gets descriptor buffers of a whole frame
+// (bsize), since DPDK 22.11 loses frames it chains over several
+// descriptors, and a net_af_packet vdev ring frames that hold one
+// (framesz and blocksz: the next power of two), since it truncates or
+// drops longer ones; unless spec sets them.
 func portDevargs(spec string, mtu int) string {
 	name, args, _ := strings.Cut(spec, ",")
-	if mtu <= 1500 || !strings.HasPrefix(name, "net_memif") || slices.ContainsFunc(strings.Split(args, ","), func(a string) bool { return strings.HasPrefix(a, memifBufferArg) }) {
-		return spec
+	given := func(key string) bool {
+		return slices.ContainsFunc(strings.Split(args, ","), func(a string) bool { return strings.HasPrefix(a, key) })
 	}
-	return spec + "," + memifBufferArg + strconv.Itoa(MaxFrameLen)
+	switch {
+	case mtu <= 1500:
+	case strings.HasPrefix(name, "net_memif") && !given(memifBufferArg):
+		return spec + "," + memifBufferArg + strconv.Itoa(MaxFrameLen)
+	case strings.HasPrefix(name, "net_af_packet") && !given(afPacketFrameArg) && !given(afPacketBlockArg):
+		frame := 2048
+		for frame < wire.EthernetLen+mtu+afPacketFrameRoom {
+			frame *= 2
+		}
+		return spec + "," + afPacketFrameArg + strconv.Itoa(frame) + "," + afPacketBlockArg + strconv.Itoa(frame)
+	}
+	return spec
 }

@@ -88,7 +88,10 @@ func TestPortDevargs(t *testing.T) {
 		{"net_memif0,role=client", 1500, "net_memif0,role=client"},
 		{"net_memif0,role=client", 0, "net_memif0,role=client"},
 		{"net_memif0,bsize=4096,role=client", 9000, "net_memif0,bsize=4096,role=client"},
-		{"net_af_packet0,iface=veth0", 9000, "net_af_packet0,iface=veth0"},
+		{"net_af_packet0,iface=veth0", 9000, "net_af_packet0,iface=veth0,framesz=16384,blocksz=16384"},
+		{"net_af_packet0,iface=veth0", 4200, "net_af_packet0,iface=veth0,framesz=8192,blocksz=8192"},
+		{"net_af_packet0,iface=veth0", 1500, "net_af_packet0,iface=veth0"},
+		{"net_af_packet0,iface=veth0,framesz=4096", 4000, "net_af_packet0,iface=veth0,framesz=4096"},
 		{"", 9000, ""},
 	} {
 		if got := portDevargs(c.spec, c.mtu); got != c.want {

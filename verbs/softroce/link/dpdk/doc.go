@@ -19,12 +19,12 @@
 // file, memif socket or XDP program outlives the process.
 //
 // The link writes Ethernet, IPv4 or IPv6, and UDP itself (IPv4 header
-// checksum, UDP checksum 0 over IPv4 as RoCEv2 allows), answers ARP for
-// its address and resolves next hops into a small neighbour table with
-// timeouts, checks the full ICRC of every frame it receives (it sees
+// checksum, UDP checksum 0 over IPv4 as RoCEv2 allows), answers ARP and
+// IPv6 neighbour solicitations for its address and resolves next hops
+// (ARP requests, neighbour solicitations) into a small neighbour table
+// with timeouts, checks the full ICRC of every frame it receives (it sees
 // every byte), and delivers only UDP frames to port 4791 for its own
-// address. IPv6 neighbours are not discovered: an IPv6 port needs static
-// neighbours (Config.Neighbours).
+// address.
 //
 // The receive loop polls while traffic flows and for Config.Poll (200 µs)
 // after the last frame, yielding to other goroutines between polls, then

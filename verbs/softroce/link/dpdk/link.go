@@ -51,14 +51,17 @@ type Stats struct {
 	// Sent and Received count RoCEv2 frames.
 	Sent, Received uint64
 	// TxDropped counts packets dropped for a full tx queue or no mbufs;
-	// Unresolved those whose next hop did not answer ARP (or is
-	// unreachable).
+	// Unresolved those whose next hop did not answer ARP or neighbour
+	// solicitations (or is unreachable).
 	TxDropped, Unresolved uint64
 	// RxDropped counts received frames that were neither RoCEv2 to our
-	// address nor ARP.
+	// address nor ARP or neighbour discovery.
 	RxDropped uint64
 	// ARPIn and ARPOut count ARP frames received and sent.
 	ARPIn, ARPOut uint64
+	// NDIn and NDOut count neighbour solicitations and advertisements
+	// received (for us) and sent.
+	NDIn, NDOut uint64
 	// Sleeps counts the receiver's sleeps (on the interrupt or timed).
 	Sleeps uint64
 }
@@ -92,11 +95,18 @@ type Link struct {
 
 	rxMu    sync.Mutex // one receiver at a time; Close takes it
 	rx      rte.Mbufs
-	arpOut  [][arpFrameLen]byte
+	ctlOut  []ctlFrame    // ARP and neighbour discovery replies to send
 	lastRx  time.Time     // when the receiver last got frames
 	backoff time.Duration // its last sleep without interrupts
 
-	sent, received, txDropped, unresolved, rxDropped, arpIn, arpOut_, sleeps atomic.Uint64
+	sent, received, txDropped, unresolved, rxDropped, arpIn, arpOut, ndIn, ndOut, sleeps atomic.Uint64
+}
+
+// ctlFrame is an ARP or neighbour discovery frame to send.
+type ctlFrame struct {
+	b  [max(arpFrameLen, ndFrameLen)]byte
+	n  int
+	nd bool
 }
 
 var _ link.Link = (*Link)(nil)
@@ -260,10 +270,7 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	if l.driver == "net_memif" {
-		// net_memif claims 1518-byte frames at most, but copies frames of
-		// any length (chained descriptors, merged into one mbuf on the
-		// receiving side): the link's own MTU is the configured one.
+	if bigFrames[l.driver] {
 		mtu = min(mtu, 1500)
 	}
 	intr := !c.NoInterrupts && !noRxIntr[l.driver]
@@ -293,7 +300,7 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	if l.mtu, err = rte.MTU(port); err != nil {
 		return fail(err)
 	}
-	if l.driver == "net_memif" && c.MTU > l.mtu {
+	if bigFrames[l.driver] && c.MTU > l.mtu {
 		l.mtu = c.MTU
 	}
 	l.st = station{mac: wire.MAC(mac), ip: c.Local.Addr()}
@@ -313,6 +320,14 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	busy[port] = true
 	return l, nil
 }
+
+// bigFrames are the drivers that claim 1518-byte frames at most (DPDK
+// 22.11 refuses a larger MTU) but carry longer ones: net_memif copies
+// frames of any length (chained descriptors, merged into one mbuf on the
+// receiving side), net_af_packet those that fit its ring frames (see
+// portDevargs) and the interface's MTU, which the link leaves as it is.
+// The link's own MTU is then the configured one.
+var bigFrames = map[string]bool{"net_memif": true, "net_af_packet": true}
 
 // noRxIntr are the drivers without rx interrupts in DPDK 22.11 (no
 // rx_queue_intr_enable); asking them for one only logs an error.
@@ -376,8 +391,9 @@ func (l *Link) Interrupts() bool { return l.intr != nil }
 
 // Stats returns the link's counters.
 func (l *Link) Stats() Stats {
-	return Stats{l.sent.Load(), l.received.Load(), l.txDropped.Load(), l.unresolved.Load(), l.rxDropped.Load(),
-		l.arpIn.Load(), l.arpOut_.Load(), l.sleeps.Load()}
+	return Stats{Sent: l.sent.Load(), Received: l.received.Load(), TxDropped: l.txDropped.Load(),
+		Unresolved: l.unresolved.Load(), RxDropped: l.rxDropped.Load(), ARPIn: l.arpIn.Load(), ARPOut: l.arpOut.Load(),
+		NDIn: l.ndIn.Load(), NDOut: l.ndOut.Load(), Sleeps: l.sleeps.Load()}
 }
 
 // Dropped counts received frames dropped; see link.DropCounter.
@@ -502,8 +518,9 @@ func (l *Link) checkOpen() error {
 	return nil
 }
 
-// resolve returns the MAC of dst's next hop, asking with ARP and waiting
-// for the answer up to resolveTimeout.
+// resolve returns the MAC of dst's next hop, asking with ARP (IPv4) or
+// neighbour solicitations (IPv6) and waiting for the answer up to
+// resolveTimeout.
 func (l *Link) resolve(dst netip.Addr) (wire.MAC, bool) {
 	hop, ok := nextHop(l.cfg.Local, l.cfg.Gateway, dst)
 	if !ok {
@@ -514,18 +531,20 @@ func (l *Link) resolve(dst netip.Addr) (wire.MAC, bool) {
 		now := time.Now()
 		l.neighMu.Lock()
 		mac, st := l.neigh.lookup(hop, now)
-		ask := st != neighReachable && hop.Is4() && l.neigh.ask(hop, now)
+		ask := st != neighReachable && l.neigh.ask(hop, now)
 		wake := l.neighWake
 		l.neighMu.Unlock()
 		if ask {
-			var f [arpFrameLen]byte
-			l.sendFrame(f[:l.st.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, hop)])
+			var f ctlFrame
+			if hop.Is4() {
+				f.n = l.st.arpFrame(f.b[:], wire.ARPRequest, wire.MAC{}, hop)
+			} else {
+				f.n, f.nd = l.st.ndSolicit(f.b[:], hop), true
+			}
+			l.sendFrame(&f)
 		}
 		if st != neighNone {
 			return mac, true
-		}
-		if !hop.Is4() {
-			return wire.MAC{}, false // no neighbour discovery: static entries only
 		}
 		if deadline.IsZero() {
 			deadline = now.Add(resolveTimeout)
@@ -544,8 +563,9 @@ func (l *Link) resolve(dst netip.Addr) (wire.MAC, bool) {
 	}
 }
 
-// sendFrame transmits one whole frame (ARP), if the link is open.
-func (l *Link) sendFrame(f []byte) {
+// sendFrame transmits an ARP or neighbour discovery frame, if the link
+// is open.
+func (l *Link) sendFrame(f *ctlFrame) {
 	l.life.RLock()
 	defer l.life.RUnlock()
 	if l.closed.Load() {
@@ -558,13 +578,16 @@ func (l *Link) sendFrame(f []byte) {
 		l.txDropped.Add(1)
 		return
 	}
-	copy(b.Data(0, int(b.Len[0])), f)
-	b.Len[0] = uint16(len(f))
+	copy(b.Data(0, int(b.Len[0])), f.b[:f.n])
+	b.Len[0] = uint16(f.n)
 	sent := rte.Tx(l.port, &b, 0)
-	if sent == 1 {
-		l.arpOut_.Add(1)
-	} else {
+	switch {
+	case sent != 1:
 		l.txDropped.Add(1)
+	case f.nd:
+		l.ndOut.Add(1)
+	default:
+		l.arpOut.Add(1)
 	}
 	rte.FreeTx(&b, sent)
 }
@@ -600,8 +623,8 @@ func (l *Link) RecvLoop(pkts []link.Packet, handle func([]link.Packet)) error {
 	}
 }
 
-// recv polls the port until RoCEv2 packets arrive, handling ARP on the
-// way. It keeps polling for cfg.Poll after the last frame, yielding to
+// recv polls the port until RoCEv2 packets arrive, handling ARP and
+// neighbour discovery on the way. It keeps polling for cfg.Poll after the last frame, yielding to
 // other goroutines between polls, and then sleeps: on the rx interrupt
 // where the port has one, else for doubling times up to maxBackoff, and
 // maxIdleSleep once idle for deepIdle. The caller holds rxMu.
@@ -644,7 +667,8 @@ func (l *Link) recv(pkts []link.Packet) (int, error) {
 }
 
 // sort fills pkts from the n frames just received, answers ARP and
-// counts the rest as dropped; it returns the number of packets.
+// neighbour solicitations, learns from them and from advertisements,
+// and counts the rest as dropped; it returns the number of packets.
 func (l *Link) sort(pkts []link.Packet, n int) int {
 	got := 0
 	for i := range n {
@@ -657,25 +681,30 @@ func (l *Link) sort(pkts []link.Packet, n int) int {
 		case frameRoCE:
 			ethframe.Deliver(&pkts[got], &fr)
 			got++
-		case frameARP:
-			l.arpIn.Add(1)
-			var reply [arpFrameLen]byte
+		case frameARP, frameND:
+			var reply ctlFrame
 			l.neighMu.Lock()
-			rn := l.st.arpInput(f, l.neigh, time.Now(), reply[:])
+			if kind == frameARP {
+				l.arpIn.Add(1)
+				reply.n = l.st.arpInput(f, l.neigh, time.Now(), reply.b[:])
+			} else {
+				l.ndIn.Add(1)
+				reply.n, reply.nd = l.st.ndInput(f, l.neigh, time.Now(), reply.b[:]), true
+			}
 			close(l.neighWake)
 			l.neighWake = make(chan struct{})
 			l.neighMu.Unlock()
-			if rn > 0 {
-				l.arpOut = append(l.arpOut, reply)
+			if reply.n > 0 {
+				l.ctlOut = append(l.ctlOut, reply)
 			}
 		default:
 			l.rxDropped.Add(1)
 		}
 	}
-	for _, f := range l.arpOut {
-		l.sendFrame(f[:])
+	for i := range l.ctlOut {
+		l.sendFrame(&l.ctlOut[i])
 	}
-	l.arpOut = l.arpOut[:0]
+	l.ctlOut = l.ctlOut[:0]
 	return got
 }
 

@@ -24,6 +24,8 @@ const (
 	frameRoCE
 	// frameARP: an ARP packet (for IPv4 over Ethernet).
 	frameARP
+	// frameND: an IPv6 neighbour solicitation or advertisement for us.
+	frameND
 )
 
 // arpFrameLen is the length of the ARP frames sent: Ethernet and ARP,
@@ -39,14 +41,16 @@ func (st *station) classify(f []byte) (frameKind, ethframe.Frame) {
 	}
 	e := wire.Ethernet(f)
 	dst := e.Dst()
-	if dst != st.mac && dst != wire.BroadcastMAC {
-		return frameOther, ethframe.Frame{}
-	}
-	if e.EtherType() == wire.EtherTypeARP {
-		if wire.ARP(f[wire.EthernetLen:]).IsValid() {
+	switch e.EtherType() {
+	case wire.EtherTypeARP:
+		if (dst == st.mac || dst == wire.BroadcastMAC) && wire.ARP(f[wire.EthernetLen:]).IsValid() {
 			return frameARP, ethframe.Frame{}
 		}
 		return frameOther, ethframe.Frame{}
+	case wire.EtherTypeIPv6:
+		if st.isND(f, dst) {
+			return frameND, ethframe.Frame{}
+		}
 	}
 	if dst != st.mac {
 		return frameOther, ethframe.Frame{}

@@ -12,6 +12,9 @@ import (
 var (
 	me   = station{mac: wire.MAC{2, 0, 0, 0, 0, 1}, ip: netip.MustParseAddr("192.0.2.1")}
 	peer = station{mac: wire.MAC{2, 0, 0, 0, 0, 2}, ip: netip.MustParseAddr("192.0.2.2")}
+	// me6 and peer6 are the same on IPv6.
+	me6   = station{mac: me.mac, ip: netip.MustParseAddr("fd00::1")}
+	peer6 = station{mac: peer.mac, ip: netip.MustParseAddr("fd00::2")}
 )
 
 // roceFrame is a frame from peer to dstMAC/dstIP carrying a 40-byte packet.
