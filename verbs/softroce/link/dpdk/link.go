@@ -412,6 +412,12 @@ func (l *Link) Send(pkts []link.Packet) error {
 	return nil
 }
 
+// SendsTails reports that Send takes packets in two pieces
+// (link.Packet.Tail): it copies them into the mbuf piece by piece.
+func (l *Link) SendsTails() bool { return true }
+
+var _ link.TailSender = (*Link)(nil)
+
 func (l *Link) sendBurst(pkts []link.Packet) error {
 	var macs [rte.Burst]wire.MAC
 	var ok [rte.Burst]bool
@@ -421,8 +427,8 @@ func (l *Link) sendBurst(pkts []link.Packet) error {
 		if p.N < wire.BTHLen || p.N > len(p.Buf) {
 			return fmt.Errorf("dpdk: packet of %d bytes in a %d-byte buffer", p.N, len(p.Buf))
 		}
-		if ethframe.MaxHeaderLen+p.N+wire.ICRCLen > MaxFrameLen {
-			return fmt.Errorf("dpdk: %d-byte packet exceeds the %d-byte frame", p.N, MaxFrameLen)
+		if ethframe.MaxHeaderLen+p.N+len(p.Tail)+wire.ICRCLen > MaxFrameLen {
+			return fmt.Errorf("dpdk: %d-byte packet exceeds the %d-byte frame", p.N+len(p.Tail), MaxFrameLen)
 		}
 		if i > 0 && p.Addr.Addr() == pkts[i-1].Addr.Addr() {
 			macs[i], ok[i] = macs[i-1], ok[i-1]
@@ -460,10 +466,12 @@ func (l *Link) sendBurst(pkts []link.Packet) error {
 		p := &pkts[i]
 		d := b.Data(j, int(b.Len[j])) // the whole room: MaxFrameLen, checked above
 		ends.DstMAC, ends.Dst = macs[i], p.Addr
-		hl, _ := ethframe.Headers(d, &ends, p.Buf[:p.N], &icrc) // the IP versions match: resolve checked
-		copy(d[hl:], p.Buf[:p.N])
-		copy(d[hl+p.N:], icrc[:])
-		b.Len[j] = uint16(hl + p.N + wire.ICRCLen)
+		// The IP versions match (resolve checked); the engine's pieces are even.
+		hl, _ := ethframe.HeadersTail(d, &ends, p.Buf[:p.N], p.Tail, &icrc)
+		n := hl + copy(d[hl:], p.Buf[:p.N])
+		n += copy(d[n:], p.Tail)
+		n += copy(d[n:], icrc[:])
+		b.Len[j] = uint16(n)
 		j++
 	}
 	l.transmit(&b)
