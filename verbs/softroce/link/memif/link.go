@@ -320,11 +320,27 @@ func (l *Link) pollInPlace(pkts []link.Packet) (got, used int, err error) {
 		l.inBatch = true
 		l.batchMu.Unlock()
 	}
+	got, used, err = l.take(pkts, avail, true)
+	if err != nil {
+		return 0, 0, err
+	}
+	return got, used, nil
+}
+
+// take fills pkts from the frames among the avail waiting in the ring:
+// copied whole into the link's buffers, or with inPlace, a frame in one
+// buffer with only its first ethframe.SplitHeadLen bytes copied and its
+// payload left in the shared memory. It reports the slots the frames took
+// and releases none. The caller holds the lifetime lock.
+func (l *Link) take(pkts []link.Packet, avail int, inPlace bool) (got, used int, err error) {
 	for got < len(pkts) && used < avail {
-		buf, one, err := l.rx.single(used)
-		if err != nil {
-			l.fail(err)
-			return 0, 0, err
+		var buf []byte
+		one := false
+		if inPlace {
+			if buf, one, err = l.rx.single(used); err != nil {
+				l.fail(err)
+				return got, used, err
+			}
 		}
 		if one && len(buf) > ethframe.SplitHeadLen && len(buf) <= MaxFrameLen {
 			used++
@@ -345,7 +361,7 @@ func (l *Link) pollInPlace(pkts []link.Packet) (got, used int, err error) {
 		n, slots, res, err := l.rx.next(l.rxBufs[got], used, avail-used)
 		if err != nil {
 			l.fail(err)
-			return 0, 0, err
+			return got, used, err
 		}
 		if res == rxIncomplete {
 			break
@@ -372,23 +388,10 @@ func (l *Link) poll(pkts []link.Packet) (int, error) {
 		l.fail(err)
 		return 0, err
 	}
-	got, used := 0, 0
-	for got < len(pkts) && used < avail {
-		n, slots, res, err := l.rx.next(l.rxBufs[got], used, avail-used)
-		if err != nil {
-			l.rx.release(used)
-			l.fail(err)
-			return 0, err
-		}
-		if res == rxIncomplete {
-			break
-		}
-		used += slots
-		if res == rxOversize || !l.deliver(&pkts[got], l.rxBufs[got][:n]) {
-			l.rxDropped.Add(1)
-			continue
-		}
-		got++
+	got, used, err := l.take(pkts, avail, false)
+	if err != nil {
+		l.rx.release(used)
+		return 0, err
 	}
 	l.rx.release(used)
 	l.received.Add(uint64(got))
