@@ -67,7 +67,10 @@ func receiver(l *memif.Link) (<-chan link.Packet, <-chan error) {
 		defer close(ch)
 		errc <- l.RecvLoop(make([]link.Packet, 32), func(pkts []link.Packet) {
 			for _, p := range pkts {
-				p.Buf = append([]byte(nil), p.Bytes()...)
+				// A packet may come in two pieces (its payload left in
+				// the shared memory): join them.
+				p.Buf = append(append([]byte(nil), p.Bytes()...), p.Tail...)
+				p.N, p.Tail = len(p.Buf), nil
 				ch <- p
 			}
 		})
