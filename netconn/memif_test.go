@@ -5,18 +5,18 @@ package netconn
 import (
 	"context"
 	"errors"
-	"github.com/rsock-go/rsock/rsock"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/internal/proccpu"
+	"github.com/rsock-go/rsock/rsock"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/memif"
 )
@@ -285,32 +285,15 @@ func TestIdleMemifConn(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	// The process's CPU time counts everything in it (the garbage
-	// collector, what earlier tests left winding down): the least of three
-	// one-second windows is the connection's own cost.
-	share := 1.0
-	for range 3 {
-		c0, w0 := processCPU(t), time.Now()
-		time.Sleep(time.Second)
-		used, wall := processCPU(t)-c0, time.Since(w0)
-		t.Logf("idle memif connection: %v CPU in %v (%.2f%% of a core)", used, wall.Round(time.Millisecond), 100*float64(used)/float64(wall))
-		share = min(share, float64(used)/float64(wall))
-	}
+	// The least of three one-second windows is the connection's own cost.
+	share, shares := proccpu.LeastShare(3, time.Second)
+	t.Logf("idle memif connection: %.4f of a core in each window", shares)
 	c.Close()
 	s.Close()
 	wg.Wait()
 	if share >= 0.01 {
 		t.Fatalf("an idle memif connection used %.2f%% of a core", 100*share)
 	}
-}
-
-// processCPU is the CPU time (user and system) the process used so far.
-func processCPU(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestMemifConnsBounded: past maxMemifConns memif connections in the

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/proccpu"
 	"github.com/rsock-go/rsock/netconn"
 )
 
@@ -243,7 +244,7 @@ func (c *Client) measure(ctx context.Context, p *Point) (*Record, error) {
 		t, m, err := ReadFrame(c.ctl)
 		early <- frame{t, m, err}
 	}()
-	u0, s0 := cpuTimes()
+	u0, s0 := proccpu.Times()
 	t0 := time.Now()
 	results := make([]workerResult, len(conns))
 	var wg sync.WaitGroup
@@ -289,7 +290,7 @@ func (c *Client) measure(ctx context.Context, p *Point) (*Record, error) {
 		return nil, rf.err
 	}
 	rep := rf.m
-	u1, s1 := cpuTimes()
+	u1, s1 := proccpu.Times()
 	if rep.Mismatch != nil {
 		return nil, rep.Mismatch
 	}

@@ -11,6 +11,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/rsock-go/rsock/internal/proccpu"
 )
 
 // DefaultTimeout bounds each wait of a client or server when the config
@@ -364,7 +366,7 @@ func (s *server) measure(sess *session, c net.Conn, r io.Reader, start *Message)
 		transport = tc.Transport()
 	}
 
-	u0, s0 := cpuTimes()
+	u0, s0 := proccpu.Times()
 	t0 := time.Now()
 	results := make([]connResult, len(m.conns))
 	var wg sync.WaitGroup
@@ -434,7 +436,7 @@ func (s *server) measure(sess *session, c net.Conn, r io.Reader, start *Message)
 		early = true
 		<-handlersDone
 	}
-	u1, s1 := cpuTimes()
+	u1, s1 := proccpu.Times()
 
 	rep := &Message{ServerTransport: transport, CPUUser: (u1 - u0).Seconds(), CPUSys: (s1 - s0).Seconds()}
 	end := t0

@@ -8,9 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 	"time"
 
+	"github.com/rsock-go/rsock/internal/proccpu"
 	"github.com/rsock-go/rsock/verbs"
 )
 
@@ -93,15 +93,6 @@ func watchdog(cancel context.CancelCauseFunc, dev interface{ Counters() verbs.Co
 	return func() { close(stop); <-exited }
 }
 
-// cpuTime returns the process's user and system CPU time so far.
-func cpuTime() (user, sys time.Duration) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0
-	}
-	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
-}
-
 // Run runs one test as the client over the control connection conn to a
 // server in Serve, and returns its result. conn may carry further tests
 // afterwards, or Bye; after an error it should be closed.
@@ -164,14 +155,14 @@ func Run(ctx context.Context, conn net.Conn, cfg Config) (*Result, error) {
 		fc <- f
 	}()
 	stopDog := watchdog(cancel, ep.dev, cfg.Timeout)
-	u0, s0 := cpuTime()
+	u0, s0 := proccpu.Times()
 	var m measured
 	if p.Test.Latency() {
 		m, err = ep.runPing(tctx, &p, &peer)
 	} else {
 		m, err = ep.runBW(tctx, &p, &peer)
 	}
-	u1, s1 := cpuTime()
+	u1, s1 := proccpu.Times()
 	stopDog()
 	var verified uint64
 	if err == nil && p.Test == TestReadBW {
@@ -348,7 +339,7 @@ func serveTest(ctx context.Context, conn net.Conn, hello []byte, cfg *ServerConf
 		cancel(peerError("client", f))
 	}()
 	stopDog := watchdog(cancel, ep.dev, cfg.Timeout)
-	u0, s0 := cpuTime()
+	u0, s0 := proccpu.Times()
 	switch p.Test {
 	case TestSendBW:
 		r, err = ep.runRecv(s, &p)
@@ -357,7 +348,7 @@ func serveTest(ctx context.Context, conn net.Conn, hello []byte, cfg *ServerConf
 	default:
 		_, err = s.waitDone()
 	}
-	u1, s1 := cpuTime()
+	u1, s1 := proccpu.Times()
 	stopDog()
 	if err == nil && (p.Test == TestWriteBW || p.Test == TestSendBW) {
 		r.Verified, err = ep.checkSlots(s.done.Msgs, clientSeed)

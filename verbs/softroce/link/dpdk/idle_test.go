@@ -6,19 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rsock-go/rsock/internal/proccpu"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 )
-
-// cpuTime is the process's CPU time so far (user and system).
-func cpuTime(t *testing.T) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // TestIdleCPU checks that two links with their receive loops running
 // cost under 1% of a core once traffic has stopped for deepIdle (net_ring
@@ -45,14 +35,8 @@ func TestIdleCPU(t *testing.T) {
 		}
 	}
 	time.Sleep(deepIdle + 100*time.Millisecond)
-	least := 1.0
-	for range 3 {
-		c0, w0 := cpuTime(t), time.Now()
-		time.Sleep(400 * time.Millisecond)
-		share := float64(cpuTime(t)-c0) / float64(time.Since(w0))
-		t.Logf("idle window: %.3f%% of a core", 100*share)
-		least = min(least, share)
-	}
+	least, shares := proccpu.LeastShare(3, 400*time.Millisecond)
+	t.Logf("idle windows: %.4f of a core", shares)
 	sa, sb := a.Stats(), b.Stats()
 	t.Logf("least %.3f%% of a core; sleeps %d+%d", 100*least, sa.Sleeps, sb.Sleeps)
 	if sa.Sleeps == 0 || sb.Sleeps == 0 {

@@ -6,18 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rsock-go/rsock/internal/proccpu"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 )
-
-func cpuTime(t *testing.T) time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // TestIdleCPU checks that two connected links with a receiver blocked on
 // each cost (well) under 1% of a core while no traffic flows.
@@ -51,24 +42,12 @@ func TestIdleCPU(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	// The least of three windows: the process's CPU time also counts the
-	// runtime's own work (GC, the race detector), which a loaded machine
-	// can bunch into one window.
-	var used, wall time.Duration
-	share := 1.0
-	for range 3 {
-		c0, w0 := cpuTime(t), time.Now()
-		time.Sleep(time.Second)
-		u, w := cpuTime(t)-c0, time.Since(w0)
-		if s := float64(u) / float64(w); s < share {
-			share, used, wall = s, u, w
-		}
-	}
+	share, shares := proccpu.LeastShare(3, time.Second)
 	srv.Close()
 	cli.Close()
 	wg.Wait()
-	t.Logf("idle: %v CPU in %v (%.3f%% of a core); sleeps %d+%d", used, wall.Round(time.Millisecond),
-		100*share, srv.Stats().Sleeps, cli.Stats().Sleeps)
+	t.Logf("idle: least %.3f%% of a core in windows %.4f; sleeps %d+%d", 100*share, shares,
+		srv.Stats().Sleeps, cli.Stats().Sleeps)
 	if share >= 0.01 {
 		t.Fatalf("idle links used %.2f%% of a core", 100*share)
 	}

@@ -1,14 +1,15 @@
 //go:build unix
 
-package streambench
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTimes returns the user and system CPU time of the whole process.
-func cpuTimes() (user, sys time.Duration) {
+// Times returns the process's user and system CPU time so far (0, 0 if
+// getrusage fails).
+func Times() (user, sys time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, 0
