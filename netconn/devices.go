@@ -187,6 +187,12 @@ func newDevice(key deviceKey, name string, l link.Link, mtu verbs.MTU) (*sharedD
 		l.Close()
 		return nil, err
 	}
+	return withPD(key, dev)
+}
+
+// withPD makes a shared device of dev with a protection domain, and one
+// reference; dev is closed on failure.
+func withPD(key deviceKey, dev verbs.Device) (*sharedDevice, error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		dev.Close()

@@ -93,12 +93,7 @@ func openRDMACore(key deviceKey) (*sharedDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	pd, err := dev.AllocPD()
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
-	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}, nil
+	return withPD(key, dev)
 }
 
 // roceLinks are the links that carry RoCEv2 in IP/UDP to port 4791 on an

@@ -9,8 +9,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -259,14 +261,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.objMu.Lock()
-	pds := make([]*PD, 0, len(d.pds))
-	for p := range d.pds {
-		pds = append(pds, p)
-	}
-	cqs := make([]*CQ, 0, len(d.cqs))
-	for c := range d.cqs {
-		cqs = append(cqs, c)
-	}
+	pds, cqs := slices.Collect(maps.Keys(d.pds)), slices.Collect(maps.Keys(d.cqs))
 	d.objMu.Unlock()
 	var errs []error
 	// QPs before the CQs they use, MRs before their PDs.

@@ -8,6 +8,8 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -104,14 +106,7 @@ func (p *PD) Close() error {
 // closeChildren destroys the PD's QPs, then its MRs (device Close).
 func (p *PD) closeChildren() error {
 	p.mu.Lock()
-	qps := make([]*QP, 0, len(p.qps))
-	for q := range p.qps {
-		qps = append(qps, q)
-	}
-	mrs := make([]*MR, 0, len(p.mrs))
-	for m := range p.mrs {
-		mrs = append(mrs, m)
-	}
+	qps, mrs := slices.Collect(maps.Keys(p.qps)), slices.Collect(maps.Keys(p.mrs))
 	p.mu.Unlock()
 	var errs []error
 	for _, q := range qps {

@@ -182,9 +182,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			swap: C.uint64_t(w.Swap), opcode: C.uint32_t(w.Opcode), flags: C.uint32_t(w.Flags), imm: C.uint32_t(w.Imm),
 			rkey: C.uint32_t(w.RKey), nsge: C.uint32_t(len(w.SGL)), sge_off: C.uint32_t(len(s.sge)),
 		})
-		for _, g := range w.SGL {
-			s.sge = append(s.sge, C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)})
-		}
+		s.appendSGL(w.SGL)
 	}
 	q.life.RLock()
 	defer q.life.RUnlock()
@@ -209,9 +207,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	for i := range wrs {
 		w := &wrs[i]
 		s.rwr = append(s.rwr, C.struct_rs_rwr{id: C.uint64_t(w.ID), nsge: C.uint32_t(len(w.SGL)), sge_off: C.uint32_t(len(s.sge))})
-		for _, g := range w.SGL {
-			s.sge = append(s.sge, C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)})
-		}
+		s.appendSGL(w.SGL)
 	}
 	q.life.RLock()
 	defer q.life.RUnlock()
@@ -222,6 +218,13 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	cgoCalls.Add(1)
 	rc := C.rs_post_recv(q.qp, &s.rwr[0], C.int(len(s.rwr)), sgePtr(s.sge), &posted)
 	return int(posted), q.postErr("ibv_post_recv", rc)
+}
+
+// appendSGL adds a work request's scatter/gather list to the batch's SGEs.
+func (s *postScratch) appendSGL(sgl []verbs.SGE) {
+	for _, g := range sgl {
+		s.sge = append(s.sge, C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)})
+	}
 }
 
 // sgePtr returns the first SGE, or nil for none.
