@@ -224,7 +224,7 @@ const SplitHeadLen = MaxHeaderLen + wire.BTHLen + wire.AtomicETHLen
 func DeliverSplit(p *link.Packet, head, frame []byte) bool {
 	var fr Frame
 	off, end, ok := decodeHeaders(&fr, head, len(frame))
-	if !ok {
+	if !ok || off >= len(head) {
 		return false
 	}
 	hl := wire.Opcode(head[off]).HeaderLen()
