@@ -162,6 +162,9 @@ func TestDeliverSplit(t *testing.T) {
 				if got := append(append([]byte(nil), p.Buf[:p.N]...), p.Tail...); !bytes.Equal(got, pkt) {
 					t.Fatalf("%v %v with %d bytes: joined pieces differ from the packet", ends[0].Addr(), op, n)
 				}
+				if DeliverSplit(&p, f[:len(f)-len(pkt)-wire.ICRCLen], f) {
+					t.Fatalf("%v %v: a head ending at the UDP header was taken", ends[0].Addr(), op)
+				}
 				if n > 0 {
 					f[len(f)-wire.ICRCLen-1] ^= 1 // a payload byte
 					if !splitFrame(&p, f) || p.ICRC != link.ICRCBad {
