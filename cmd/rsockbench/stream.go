@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -67,8 +68,12 @@ const (
 	defaultIters      = 10000
 )
 
-// streamServerPrefix starts the line a server prints once it listens.
-const streamServerPrefix = "rsockbench server: rsock on "
+// streamServerPrefix starts the line a server prints once it listens;
+// serverProcsSep comes before its GOMAXPROCS at the end of the line.
+const (
+	streamServerPrefix = "rsockbench server: rsock on "
+	serverProcsSep     = ", gomaxprocs "
+)
 
 // streamFlags holds the flags of local, server and client.
 type streamFlags struct {
@@ -78,6 +83,7 @@ type streamFlags struct {
 	debugAddr                               string
 	duration, timeout                       time.Duration
 	iters, sessions                         int
+	procs, serverProcs                      int // local: -procs, and the server child's GOMAXPROCS
 	seed                                    uint64
 	corruptAt                               int64
 	verify, verbose, counters               bool
@@ -129,6 +135,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 		fs.StringVar(&f.tcpAddr, "tcp-addr", "", "the server's plain TCP address (default: -addr's host, the port the server announces)")
 	} else {
 		fs.BoolVar(&f.verbose, "v", false, "show the server child's output on stderr")
+		fs.IntVar(&f.procs, "procs", 0, "GOMAXPROCS of both processes, for TCP and rsock alike (0: Go's default, one per CPU)")
 	}
 	fs.StringVar(&f.sizes, "sizes", defaultSizes, "message sizes, comma-separated (B, KiB, MiB suffixes)")
 	fs.StringVar(&f.conns, "conns", defaultConns, "connection counts, comma-separated")
@@ -243,9 +250,18 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("-host %q: want an IP address", f.host)
 		}
 	}
+	if err == nil && f.procs < 0 {
+		err = fmt.Errorf("-procs %d is negative", f.procs)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench local: %v\n", err)
 		return exitUsage
+	}
+	if f.procs > 0 {
+		// Both processes: this one now, the server child through the
+		// runtime's environment variable.
+		runtime.GOMAXPROCS(f.procs)
+		childEnv = append(childEnv, "GOMAXPROCS="+strconv.Itoa(f.procs))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -340,7 +356,7 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopDebug()
 	}
-	fmt.Fprintf(stdout, "%s%s, tcp on %s\n", streamServerPrefix, rln.Addr(), tln.Addr())
+	fmt.Fprintf(stdout, "%s%s, tcp on %s%s%d\n", streamServerPrefix, rln.Addr(), tln.Addr(), serverProcsSep, runtime.GOMAXPROCS(0))
 	err = streambench.Serve(ctx, rln, tln, streambench.ServerConfig{Verify: f.verify, Sessions: f.sessions, Timeout: f.timeout, Log: stdout})
 	if f.counters {
 		printCounters(stderr)
@@ -423,6 +439,9 @@ func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, add
 		err = c.Close()
 	} else {
 		c.Close()
+	}
+	for i := range recs {
+		recs[i].ClientProcs, recs[i].ServerProcs = runtime.GOMAXPROCS(0), f.serverProcs
 	}
 	streambench.WriteTables(stdout, recs)
 	for _, r := range recs {
@@ -522,6 +541,13 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 	if f.verbose {
 		fmt.Fprintf(stderr, "server: pid %d: %s\n", child.pid(), line)
 	}
+	if _, p, ok := strings.Cut(after, serverProcsSep); ok {
+		f.serverProcs, _ = strconv.Atoi(p)
+	}
+	if f.procs > 0 && f.serverProcs != f.procs {
+		return fmt.Errorf("the server child runs with GOMAXPROCS %d, not -procs %d", f.serverProcs, f.procs)
+	}
+	fmt.Fprintf(stdout, "GOMAXPROCS %d in the client, %d in the server; %d CPUs\n\n", runtime.GOMAXPROCS(0), f.serverProcs, runtime.NumCPU())
 	return streamClient(ctx, f, s, addr, stdout, stderr)
 }
 

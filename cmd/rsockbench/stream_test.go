@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,7 @@ func TestStreamBinary(t *testing.T) {
 	}
 	t.Run("local", func(t *testing.T) { testStreamLocal(t, bin) })
 	t.Run("host", func(t *testing.T) { testStreamLocalHost(t, bin) })
+	t.Run("procs", func(t *testing.T) { testStreamLocalProcs(t, bin) })
 	t.Run("verify", func(t *testing.T) { testStreamVerify(t, bin) })
 	t.Run("corrupt", func(t *testing.T) { testStreamCorrupt(t, bin) })
 }
@@ -90,6 +92,40 @@ func testStreamLocalHost(t *testing.T, bin string) {
 	}
 	if !strings.Contains(stderr, streamServerPrefix+"127.0.0.2:") || !strings.Contains(stdout, "rsock/tcp") {
 		t.Errorf("the server did not listen on 127.0.0.2, or no ratio:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}
+
+// testStreamLocalProcs runs local with -procs 1: both processes must say
+// they ran with GOMAXPROCS 1, in the output and in every record; without
+// -procs both run with the same default.
+func testStreamLocalProcs(t *testing.T, bin string) {
+	for _, procs := range []int{1, 0} {
+		js := filepath.Join(t.TempDir(), "out.json")
+		args := []string{"local", "-sizes", "1KiB", "-conns", "1", "-modes", "pingpong", "-duration", "100ms", "-iters", "50", "-json", js}
+		if procs > 0 {
+			args = append(args, "-procs", strconv.Itoa(procs))
+		}
+		code, stdout, stderr := runBin(t, bin, args...)
+		if code != 0 {
+			t.Fatalf("rsockbench %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
+		}
+		recs := readRecords(t, js)
+		if len(recs) != 2 {
+			t.Fatalf("%d records, want 2", len(recs))
+		}
+		for _, r := range recs {
+			c, _ := r["client_gomaxprocs"].(float64)
+			s, _ := r["server_gomaxprocs"].(float64)
+			if c < 1 || s != c || (procs > 0 && c != float64(procs)) {
+				t.Errorf("-procs %d: client GOMAXPROCS %v, server %v", procs, r["client_gomaxprocs"], r["server_gomaxprocs"])
+			}
+		}
+		if procs > 0 && !strings.Contains(stdout, "GOMAXPROCS 1 in the client, 1 in the server") {
+			t.Errorf("-procs 1: output does not say so:\n%s", stdout)
+		}
+	}
+	if code, _, stderr := runBin(t, bin, "local", "-procs", "-1"); code != exitUsage {
+		t.Errorf("-procs -1: exit %d, want %d (%s)", code, exitUsage, stderr)
 	}
 }
 

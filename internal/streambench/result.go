@@ -24,6 +24,11 @@ type Record struct {
 	Size            int    `json:"size"`             // bytes per write or message
 	Conns           int    `json:"conns"`
 
+	// ClientProcs and ServerProcs are the GOMAXPROCS of the two
+	// processes; ServerProcs is 0 when the server did not say.
+	ClientProcs int `json:"client_gomaxprocs"`
+	ServerProcs int `json:"server_gomaxprocs,omitempty"`
+
 	// Bytes is the payload moved: received by the server (stream), or
 	// sent both ways (ping-pong). Seconds is the server's time from the
 	// start to the last end of stream (stream), or the client's time

@@ -214,7 +214,8 @@ func TestPlotEmptyAndOneMode(t *testing.T) {
 // TestJSONSchema pins the field names of a -json record.
 func TestJSONSchema(t *testing.T) {
 	r := &Record{Transport: TransportRsock, ConnTransport: "rdma/softroce/udp", ServerTransport: "rdma/softroce/udp",
-		Mode: ModeStream, Size: 1024, Conns: 2, Bytes: 2e9, Seconds: 2, ClientCPUSeconds: 1, ServerCPUSeconds: 3}
+		Mode: ModeStream, Size: 1024, Conns: 2, Bytes: 2e9, Seconds: 2, ClientCPUSeconds: 1, ServerCPUSeconds: 3,
+		ClientProcs: 2, ServerProcs: 1}
 	r.finish()
 	var b bytes.Buffer
 	if err := WriteJSON(&b, []*Record{r, r}); err != nil {
@@ -230,7 +231,7 @@ func TestJSONSchema(t *testing.T) {
 	}
 	want := []string{"transport", "conn_transport", "server_transport", "mode", "size", "conns", "bytes", "seconds", "gbps",
 		"round_trips", "p50_us", "p99_us", "p999_us", "client_cpu_s", "server_cpu_s", "client_cpu_s_per_gb",
-		"server_cpu_s_per_gb", "verified_bytes"}
+		"server_cpu_s_per_gb", "verified_bytes", "client_gomaxprocs", "server_gomaxprocs"}
 	var got []string
 	for k := range m {
 		got = append(got, k)
@@ -240,7 +241,8 @@ func TestJSONSchema(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("keys %v, want %v", got, want)
 	}
-	if m["gbps"] != 1.0 || m["client_cpu_s_per_gb"] != 0.5 || m["server_cpu_s_per_gb"] != 1.5 || m["transport"] != "rsock" {
+	if m["gbps"] != 1.0 || m["client_cpu_s_per_gb"] != 0.5 || m["server_cpu_s_per_gb"] != 1.5 || m["transport"] != "rsock" ||
+		m["client_gomaxprocs"] != 2.0 || m["server_gomaxprocs"] != 1.0 {
 		t.Errorf("record %v", m)
 	}
 }
