@@ -64,9 +64,10 @@ func TestVerbsFlagErrors(t *testing.T) {
 	}
 }
 
-// TestBinary builds rsockbench into a temporary directory and runs it as
-// separate processes.
-func TestBinary(t *testing.T) {
+// buildBin builds rsockbench into a temporary directory and returns its
+// path; it skips the test without a go tool.
+func buildBin(t *testing.T) string {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go tool: %v", err)
@@ -75,6 +76,13 @@ func TestBinary(t *testing.T) {
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// TestBinary builds rsockbench into a temporary directory and runs it as
+// separate processes.
+func TestBinary(t *testing.T) {
+	bin := buildBin(t)
 	t.Run("local", func(t *testing.T) { testVerbsLocal(t, bin) })
 	t.Run("server-killed", func(t *testing.T) { testVerbsServerKilled(t, bin) })
 	t.Run("no-server", func(t *testing.T) { testVerbsNoServer(t, bin) })

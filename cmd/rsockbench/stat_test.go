@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +26,7 @@ import (
 // 'rsockbench stat' prints a line for each conn (the TCP one with its
 // reason) and one for the device.
 func TestDebugAndStat(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "rsockbench")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBin(t)
 	srv := exec.Command(bin, "server", "-addr", "127.0.0.1:0", "-link", "udp", "-debug-addr", "127.0.0.1:0", "-timeout", "60s")
 	srv.Stderr = os.Stderr
 	out, err := srv.StdoutPipe()

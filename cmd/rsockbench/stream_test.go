@@ -67,14 +67,7 @@ func TestDefaultTCPAddr(t *testing.T) {
 // TestStreamBinary builds rsockbench and runs local, and server and client
 // as two processes.
 func TestStreamBinary(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "rsockbench")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBin(t)
 	t.Run("local", func(t *testing.T) { testStreamLocal(t, bin) })
 	t.Run("host", func(t *testing.T) { testStreamLocalHost(t, bin) })
 	t.Run("procs", func(t *testing.T) { testStreamLocalProcs(t, bin) })
