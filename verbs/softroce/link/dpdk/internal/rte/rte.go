@@ -4,7 +4,7 @@ package rte
 
 /*
 #cgo pkg-config: libdpdk
-#cgo LDFLAGS: -lrte_net_ring -lrte_bus_vdev
+#cgo LDFLAGS: -lrte_net_ring -lrte_bus_vdev -lrte_mempool_stack
 #cgo noescape rs_rx
 #cgo nocallback rs_rx
 #cgo noescape rs_tx
@@ -41,6 +41,8 @@ static int rs_eal_init(int argc, char **argv) {
 }
 
 static int rs_errno(void) { return rte_errno; }
+
+static const char *rs_pool_ops(struct rte_mempool *mp) { return rte_mempool_get_ops(mp->ops_index)->name; }
 
 // rs_configure configures one rx and one tx queue of nrxd and ntxd
 // descriptors (adjusted to the driver's limits), with rx interrupts if
@@ -326,15 +328,29 @@ type Pool struct{ p *C.struct_rte_mempool }
 
 // NewPool creates a pool of n mbufs with dataRoom bytes of data room each
 // (after the headroom).
+//
+// The pool is a stack (DPDK's "stack" mempool driver, linked in), not
+// DPDK's default ring. The links call DPDK from Go threads, which are not
+// EAL lcores and so get no per-lcore mempool cache: a ring pool then
+// hands its mbufs out first in, first out, and a sender or a PMD filling
+// them cycles through the whole pool (tens of MB), with a cache miss on
+// every line it writes. A stack hands back the mbufs freed last, which
+// are still in the cache.
 func NewPool(name string, n int, dataRoom int) (*Pool, error) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
-	p := C.rte_pktmbuf_pool_create(cn, C.uint(n), 0, 0, C.uint16_t(dataRoom+C.RTE_PKTMBUF_HEADROOM), C.SOCKET_ID_ANY)
+	room := C.uint16_t(dataRoom + C.RTE_PKTMBUF_HEADROOM)
+	cops := C.CString("stack")
+	defer C.free(unsafe.Pointer(cops))
+	p := C.rte_pktmbuf_pool_create_by_ops(cn, C.uint(n), 0, 0, room, C.SOCKET_ID_ANY, cops)
 	if p == nil {
-		return nil, &Error{Op: "rte_pktmbuf_pool_create", Errno: syscall.Errno(C.rs_errno())}
+		return nil, &Error{Op: "rte_pktmbuf_pool_create_by_ops(stack)", Errno: syscall.Errno(C.rs_errno())}
 	}
 	return &Pool{p}, nil
 }
+
+// Ops returns the name of the pool's mempool driver, e.g. "stack".
+func (p *Pool) Ops() string { return C.GoString(C.rs_pool_ops(p.p)) }
 
 // Free releases the pool; its mbufs must all have been returned.
 func (p *Pool) Free() { C.rte_mempool_free(p.p) }

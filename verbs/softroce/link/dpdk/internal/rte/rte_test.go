@@ -88,3 +88,39 @@ func TestRingPairBurst(t *testing.T) {
 		t.Fatalf("the sender received %d", n)
 	}
 }
+
+// TestPoolHandsBackHotMbufs checks that a pool is a stack: the mbufs
+// freed last come back first, so that a link's working set of mbufs stays
+// in the cache instead of cycling through the whole pool.
+func TestPoolHandsBackHotMbufs(t *testing.T) {
+	pool, err := NewPool("rte_test_lifo", 1023, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Free()
+	if ops := pool.Ops(); ops != "stack" {
+		t.Fatalf("mempool driver %q, want stack", ops)
+	}
+	for round := range 20 {
+		var b Mbufs
+		if err := pool.Alloc(&b, Burst); err != nil {
+			t.Fatal(err)
+		}
+		var got = map[uintptr]bool{}
+		for i := range b.N {
+			got[b.M[i]] = true
+		}
+		FreeTx(&b, 0)
+		var again Mbufs
+		if err := pool.Alloc(&again, Burst); err != nil {
+			t.Fatal(err)
+		}
+		for i := range again.N {
+			if !got[again.M[i]] {
+				FreeTx(&again, 0)
+				t.Fatalf("round %d: mbuf %d of the second burst was not among the %d just freed", round, i, Burst)
+			}
+		}
+		FreeTx(&again, 0)
+	}
+}
