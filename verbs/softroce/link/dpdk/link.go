@@ -19,6 +19,7 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk/internal/rte"
 	"github.com/rsock-go/rsock/verbs/softroce/link/internal/ethframe"
 	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
+	"github.com/rsock-go/rsock/verbs/softroce/link/internal/timerfd"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -30,13 +31,14 @@ const (
 	// idleWake bounds one sleep on the rx interrupt.
 	idleWake = 100 * time.Millisecond
 	// minBackoff and maxBackoff bound one sleep between polls of a port
-	// without rx interrupts; the sleeps double from one to the other
-	// (the Go timer rounds those under a millisecond up to one when the
-	// process is otherwise idle). After deepIdle without frames they
-	// grow on to maxIdleSleep. These are the added latency of the first
-	// packet after a pause; a wake-up costs some 40 µs of CPU on the
-	// 2-core test machine (the runtime's thread wake-ups included), so
-	// 500 a second would cost 2% of a core and 20 under 0.1%.
+	// without rx interrupts; the sleeps double from one to the other.
+	// They are timerfd sleeps: time.Sleep would round those under a
+	// millisecond up to one when the process is otherwise idle. After
+	// deepIdle without frames they grow on to maxIdleSleep. These are
+	// the added latency of the first packet after a pause; a wake-up
+	// costs some 40 µs of CPU on the 2-core test machine (the runtime's
+	// thread wake-ups included), so 500 a second would cost 2% of a core
+	// and 20 under 0.1%.
 	minBackoff   = 20 * time.Microsecond
 	maxBackoff   = 2 * time.Millisecond
 	deepIdle     = time.Second
@@ -79,8 +81,9 @@ type Link struct {
 	st     station
 	local  netip.AddrPort
 	mtu    int
-	intr   *eventfd.FD  // the rx interrupt, or nil
-	guard  *net.UDPConn // keeps the kernel from answering 4791, or nil
+	intr   *eventfd.FD      // the rx interrupt, or nil
+	nap    *timerfd.Sleeper // the receiver's sleeps without interrupts
+	guard  *net.UDPConn     // keeps the kernel from answering 4791, or nil
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -259,6 +262,12 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 		}
 	}
 	fail := func(err error) (*Link, error) {
+		if l.intr != nil {
+			l.intr.Close()
+		}
+		if l.nap != nil {
+			l.nap.Close()
+		}
 		rte.Stop(port)
 		rte.Close(port)
 		if pair == nil {
@@ -284,6 +293,9 @@ func openPort(port uint16, c Config, pair *ringPair) (*Link, error) {
 	}
 	if intr {
 		l.intr = rxInterrupt(port)
+	}
+	if l.nap, err = timerfd.New(); err != nil {
+		return fail(err)
 	}
 	mac, err := rte.MAC(port)
 	if err != nil {
@@ -662,7 +674,7 @@ func (l *Link) recv(pkts []link.Packet) (int, error) {
 				}
 				l.backoff = min(max(2*l.backoff, minBackoff), limit)
 				l.sleeps.Add(1)
-				time.Sleep(l.backoff)
+				l.nap.Sleep(l.backoff) // ends early on Close, which the loop checks
 				continue
 			}
 		}
@@ -744,6 +756,7 @@ func (l *Link) Close() error {
 	if l.intr != nil {
 		l.intr.Signal()
 	}
+	l.nap.Wake()
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	l.life.Lock()
@@ -755,6 +768,7 @@ func (l *Link) Close() error {
 	if l.intr != nil {
 		l.intr.Close()
 	}
+	l.nap.Close()
 	if l.guard != nil {
 		l.guard.Close()
 	}
