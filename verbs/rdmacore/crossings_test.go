@@ -51,9 +51,14 @@ func TestCgoCallsPerMessage(t *testing.T) {
 	calls := cgoCalls.Load() - before
 	per := float64(calls) / msgs
 	t.Logf("%d messages of %d B: %d cgo calls, %.2f per message (writer and reader together)", msgs, size, calls, per)
-	// Without batching a message costs the writer a poll and a post and
-	// the reader a poll, a repost and an event with its re-arm: 6.
-	if per >= 6 {
-		t.Errorf("%.2f cgo calls per message: completions or reposts are not batched", per)
+	// Without batching a message costs the writer a post and a poll and
+	// the reader a poll, a repost and an event: 5 or more. Batched, the
+	// README counts 2.35 on rxe0; it promises under 3.
+	if per > maxCgoCallsPerMessage {
+		t.Errorf("%.2f cgo calls per message, want at most %.1f: completions or reposts are not batched", per, maxCgoCallsPerMessage)
 	}
 }
+
+// maxCgoCallsPerMessage is the README's bound on the data path's cgo
+// calls per 64 B message, writer and reader together.
+const maxCgoCallsPerMessage = 3.0
