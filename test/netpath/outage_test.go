@@ -74,9 +74,10 @@ func TestOutage(t *testing.T) {
 }
 
 // TestLinkDown: like TestOutage, but the outage is A's veth set down for
-// 2 s (both ends lose carrier, sends fail at once with ENETDOWN instead of
-// vanishing) and brought back up. The exchange must complete on RDMA,
-// every byte checked.
+// 2 s (both ends lose carrier; A's sends fail at once, ENETUNREACH as the
+// link's routes go with it, instead of vanishing) and brought back up.
+// The exchange must complete on RDMA, every byte checked, and A's failed
+// sends must have been counted as send errors (and recovered as losses).
 func TestLinkDown(t *testing.T) {
 	skipUnlessLab(t)
 	bin, _ := build(t)
@@ -95,7 +96,13 @@ func TestLinkDown(t *testing.T) {
 	if out, err := lab.A.Run("ip", "link", "set", lab.A.Dev, "up"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	waitExchange(t, lp, dp, n)
+	_, a := waitExchange(t, lp, dp, n)
+	if a.Counters.SendErrors == 0 {
+		t.Errorf("A's link was down for 2 s mid-exchange and no send failed: counters %s", formatCounters(a.Counters))
+	}
+	if a.Counters.Retransmits == 0 {
+		t.Errorf("A sent nothing again after its link came back: counters %s", formatCounters(a.Counters))
+	}
 }
 
 // startUntil starts a netconn exchange and waits until the dialer, which
