@@ -5,8 +5,8 @@
 #
 #   1. every verbs operation through verbs/rdmacore on rxe0, with the
 #      state machine, access errors, the completion channel, close rules
-#      and the cgo-crossings bound (test/rxe/rdmacore.sh part 1, without
-#      -race: the binary runs under emulation);
+#      and the cgo-crossings bound (test/rxe/rdmacore.sh part 1, built
+#      with -race unless RACE=0);
 #   2. a netconn stream between the host on soft-RoCE (udp link, netns
 #      rxelab) and the guest on rdmacore, host as server and as client,
 #      MIX_BYTES each way at once, SHA-256 compared (rdmacore.sh part 4);
@@ -22,7 +22,7 @@
 # image from Debian's packages into RXE_IMG (/var/tmp/rxe-guest/img) once.
 # It skips, saying why, only where it cannot run: no ../shared/rxe-guest,
 # not root, or no /dev/net/tun. Environment: MIX_BYTES (4194304), OUT
-# (/tmp/rxe-ci).
+# (/tmp/rxe-ci), RACE (1), RXE_IMG.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -63,7 +63,7 @@ fail=0
 # Both scripts leave the guest running (KEEP_GUEST=1): rdmacore.sh boots
 # it, rxe.sh reuses it, and this script stops it.
 t1=$SECONDS
-RXE_G1=$G PARTS="1 4" RACE=0 MIX_BYTES=${MIX_BYTES:-4194304} KEEP_GUEST=1 OUT=$OUT/rdmacore \
+RXE_G1=$G PARTS="1 4" RACE=${RACE:-1} MIX_BYTES=${MIX_BYTES:-4194304} KEEP_GUEST=1 OUT=$OUT/rdmacore \
 	bash "$root/test/rxe/rdmacore.sh" >"$OUT/rdmacore.log" 2>&1 || fail=1
 sed -n '/^== summary/,$p' "$OUT/rdmacore.log"
 grep -h 'cgo calls per message' "$OUT/rdmacore/1-verbs.txt" 2>/dev/null | sed 's/^ *//'

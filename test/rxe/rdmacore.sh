@@ -45,8 +45,7 @@
 # Environment: G2G_BYTES (16777216), VERIFY_BYTES (32MiB), MIX_BYTES
 # (67108864), PARTS ("1 2 3 4 5 6"; g2 is booted only for parts 2, 3 and
 # 5), OUT (/tmp/rxe-rdmacore), KEEP_GUEST (1: leave the guests running),
-# CASE_TIMEOUT (600 s), RACE (1: build the verbs test binary with -race;
-# test/rxe/ci.sh, CI's short run, sets 0).
+# CASE_TIMEOUT (600 s), RACE (1: build the verbs test binary with -race).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
