@@ -19,9 +19,10 @@ import (
 
 // TestCapture runs a netconn stream over the udp link with RSOCK_PCAP set
 // and checks the file: every frame is Ethernet/IPv4/UDP with a RoCEv2
-// packet whose ICRC verifies; tshark (when installed) decodes every frame
-// as InfiniBand with nothing malformed; and scripts/icrc_check.py, an
-// independent ICRC implementation, verifies every ICRC.
+// packet whose ICRC verifies; tshark decodes every frame as InfiniBand with
+// nothing malformed; and scripts/icrc_check.py, an independent ICRC
+// implementation, verifies every ICRC. The last two are subtests that skip,
+// saying so, where tshark or python3 is not installed.
 func TestCapture(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rsock.pcap")
 	t.Setenv(EnvPcap, file)
@@ -53,9 +54,11 @@ func TestCapture(t *testing.T) {
 		t.Errorf("%d frames in the file, capture %+v", frames, st)
 	}
 
-	if tshark, err := exec.LookPath("tshark"); err != nil {
-		t.Log("tshark is not installed: the tshark decode is not checked")
-	} else {
+	t.Run("tshark", func(t *testing.T) {
+		tshark, err := exec.LookPath("tshark")
+		if err != nil {
+			t.Skip("tshark is not installed (.ci/run installs it): the tshark decode is not checked")
+		}
 		args := []string{"-r", file}
 		if port != 4791 {
 			args = append(args, "-d", fmt.Sprintf("udp.port==%d,infiniband", port))
@@ -82,15 +85,17 @@ func TestCapture(t *testing.T) {
 				t.Errorf("tshark -V lacks %q:\n%s", want, out)
 			}
 		}
-	}
-	if py, err := exec.LookPath("python3"); err != nil {
-		t.Log("python3 is not installed: scripts/icrc_check.py is not run")
-	} else {
+	})
+	t.Run("icrc_check.py", func(t *testing.T) {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("python3 is not installed (.ci/run installs it): scripts/icrc_check.py is not run")
+		}
 		out, err := exec.Command(py, "../scripts/icrc_check.py", file).CombinedOutput()
 		if want := fmt.Sprintf("icrc ok=%d bad=0 skipped=0", frames); err != nil || strings.TrimSpace(string(out)) != want {
 			t.Errorf("icrc_check.py: %v: %s, want %s", err, out, want)
 		}
-	}
+	})
 }
 
 // checkFrames parses a capture and checks every frame's headers and ICRC;

@@ -15,6 +15,7 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
 // listenOn starts an rsock listener on addr.
@@ -26,22 +27,6 @@ func listenOn(t testing.TB, lc ListenConfig, addr string) net.Listener {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
-}
-
-// pipeDevices makes the devices that netconn opens from now on use
-// endpoints of a pipe network with faults f instead of UDP sockets, one
-// device per IP. The returned function restores the UDP link.
-func pipeDevices(t *testing.T, f pipe.Faults) *pipe.Network {
-	t.Helper()
-	net := pipe.NewNetwork(f)
-	oldLink, oldMax := listenLink, maxDevices
-	listenLink = func(cfg udp.Config) (link.Link, error) { return net.Endpoint(cfg.Addr) }
-	maxDevices = func() int { return 1 }
-	t.Cleanup(func() {
-		listenLink, maxDevices = oldLink, oldMax
-		net.Close()
-	})
-	return net
 }
 
 // quiet waits until neither conn has packets in flight, so that no
@@ -67,101 +52,213 @@ func quiet(t *testing.T, cs ...*Conn) {
 	}
 }
 
-// TestStatsLossy moves data both ways over a pipe link that loses 3% of
-// packets, then checks each conn's Stats against the other end's and the
-// device's counters: the bytes match what was moved, and the retransmits,
-// timeouts and NAKs of each conn (the only queue pair of its device, one
-// for each IP) are its device's.
+// dropLink wraps a link and drops every nth RC SEND or RDMA WRITE packet
+// it sends (requests, which only their sender can repair), counting the
+// drops by destination QPN: what the test itself took off the wire.
+type dropLink struct {
+	link.Link
+	nth int
+
+	mu      sync.Mutex
+	seen    int
+	dropped map[uint32]uint64
+}
+
+func (l *dropLink) Send(pkts []link.Packet) error {
+	keep := make([]link.Packet, 0, len(pkts))
+	l.mu.Lock()
+	for _, p := range pkts {
+		if p.N >= wire.BTHLen {
+			bth := wire.BTH(p.Buf[:p.N])
+			if op := bth.Opcode(); op >= wire.RCSendFirst && op <= wire.RCWriteOnlyImm {
+				l.seen++
+				if l.seen%l.nth == 0 {
+					l.dropped[bth.DestQP()]++
+					continue
+				}
+			}
+		}
+		keep = append(keep, p)
+	}
+	l.mu.Unlock()
+	if len(keep) == 0 {
+		return nil
+	}
+	return l.Link.Send(keep)
+}
+
+// droppedTo returns how many request packets to qpn were dropped.
+func (l *dropLink) droppedTo(qpn uint32) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped[qpn]
+}
+
+// TestStatsLossy runs two connections between the same two devices (one
+// for each IP, over a pipe link) and moves data both ways on both, while
+// each device's link drops every 30th request packet it sends. Then each
+// conn's Stats is checked against what the test observed: the bytes it
+// moved, and at least one retransmit for every request packet dropped on
+// its way to the peer's QPN; and each device's counters must be the sum
+// of its two connections' (so a conn reporting its device's totals, or
+// another conn's, fails).
 func TestStatsLossy(t *testing.T) {
-	pn := pipeDevices(t, pipe.Faults{Loss: 0.03, Seed: 7})
+	pn := pipe.NewNetwork(pipe.Faults{})
+	var mu sync.Mutex
+	var links []*dropLink
+	oldLink, oldMax := listenLink, maxDevices
+	listenLink = func(cfg udp.Config) (link.Link, error) {
+		ep, err := pn.Endpoint(cfg.Addr)
+		if err != nil {
+			return nil, err
+		}
+		l := &dropLink{Link: ep, nth: 30, dropped: map[uint32]uint64{}}
+		mu.Lock()
+		links = append(links, l)
+		mu.Unlock()
+		return l, nil
+	}
+	maxDevices = func() int { return 1 }
+	t.Cleanup(func() {
+		listenLink, maxDevices = oldLink, oldMax
+		pn.Close()
+	})
+	droppedTo := func(qpn uint32) uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var n uint64
+		for _, l := range links {
+			n += l.droppedTo(qpn)
+		}
+		return n
+	}
+
 	ln := listenOn(t, ListenConfig{Provider: ProviderSoftRoCE, Link: LinkUDP}, "127.0.0.3:0")
-	cc, sc := connPair(t, ln, &Dialer{Provider: ProviderSoftRoCE, Link: LinkUDP})
-	c, s := cc.(*Conn), sc.(*Conn)
-	defer c.Close()
-	defer s.Close()
-	if c.Transport() != "rdma/softroce/pipe" || s.Transport() != "rdma/softroce/pipe" {
-		t.Fatalf("transports %q, %q, want rdma/softroce/pipe", c.Transport(), s.Transport())
+	d := &Dialer{Provider: ProviderSoftRoCE, Link: LinkUDP}
+	var clients, servers []*Conn
+	for range 2 {
+		cc, sc := connPair(t, ln, d)
+		c, s := cc.(*Conn), sc.(*Conn)
+		defer c.Close()
+		defer s.Close()
+		if c.Transport() != "rdma/softroce/pipe" || s.Transport() != "rdma/softroce/pipe" {
+			t.Fatalf("transports %q, %q, want rdma/softroce/pipe", c.Transport(), s.Transport())
+		}
+		clients, servers = append(clients, c), append(servers, s)
 	}
-	const up, down = 3 << 20, 1 << 20
+	const up, down = 2 << 20, 1 << 20
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if _, err := c.Write(make([]byte, up)); err != nil {
-			t.Error(err)
+	for i := range clients {
+		c, s := clients[i], servers[i]
+		for _, x := range []struct {
+			w, r net.Conn
+			n    int
+		}{{c, s, up}, {s, c, down}} {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if _, err := x.w.Write(make([]byte, x.n)); err != nil {
+					t.Error(err)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				if _, err := io.ReadFull(x.r, make([]byte, x.n)); err != nil {
+					t.Error(err)
+				}
+			}()
 		}
-	}()
-	go func() {
-		defer wg.Done()
-		if _, err := s.Write(make([]byte, down)); err != nil {
-			t.Error(err)
-		}
-	}()
-	if _, err := io.ReadFull(s, make([]byte, up)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(c, make([]byte, down)); err != nil {
-		t.Fatal(err)
 	}
 	wg.Wait()
-	quiet(t, c, s)
+	if t.Failed() {
+		t.FailNow()
+	}
+	quiet(t, append(clients, servers...)...)
 
-	cs, ss := c.Stats(), s.Stats()
-	if cs.BytesWritten != up || ss.BytesRead != up || ss.BytesWritten != down || cs.BytesRead != down {
-		t.Errorf("bytes: client wrote %d read %d, server wrote %d read %d; want %d and %d",
-			cs.BytesWritten, cs.BytesRead, ss.BytesWritten, ss.BytesRead, up, down)
+	byQPN := map[uint32]ConnStats{}
+	for i := range clients {
+		cs, ss := clients[i].Stats(), servers[i].Stats()
+		if cs.BytesWritten != up || ss.BytesRead != up || ss.BytesWritten != down || cs.BytesRead != down {
+			t.Errorf("conn %d bytes: client wrote %d read %d, server wrote %d read %d; want %d and %d",
+				i, cs.BytesWritten, cs.BytesRead, ss.BytesWritten, ss.BytesRead, up, down)
+		}
+		if cs.Device == "" || ss.Device == "" || cs.Device == ss.Device {
+			t.Fatalf("devices %q and %q, want one for each IP", cs.Device, ss.Device)
+		}
+		if cs.QPN == 0 || cs.DestQPN != ss.QPN || ss.DestQPN != cs.QPN {
+			t.Errorf("QPNs: client %d→%d, server %d→%d", cs.QPN, cs.DestQPN, ss.QPN, ss.DestQPN)
+		}
+		if cs.PathMTU == 0 || cs.PathMTU != ss.PathMTU {
+			t.Errorf("path MTUs %d and %d", cs.PathMTU, ss.PathMTU)
+		}
+		if cs.SRTT <= 0 || ss.SRTT <= 0 || cs.Cwnd <= 0 {
+			t.Errorf("srtt %v and %v, cwnd %d: want measured", cs.SRTT, ss.SRTT, cs.Cwnd)
+		}
+		for _, x := range []ConnStats{cs, ss} {
+			byQPN[x.QPN] = x
+			// Every request packet dropped on its way to the peer was
+			// sent again at least once.
+			dropped := droppedTo(x.DestQPN)
+			t.Logf("%s QP %d: dropped %d of its requests; retransmits %d, timeouts %d, NAKs %d sent %d received",
+				x.Device, x.QPN, dropped, x.Retransmits, x.Timeouts, x.SeqNAKsSent, x.SeqNAKsRecv)
+			if dropped == 0 {
+				t.Errorf("%s QP %d: none of its requests was dropped: the test's link dropped nothing", x.Device, x.QPN)
+			}
+			if x.Retransmits < dropped {
+				t.Errorf("%s QP %d: %d retransmits for %d dropped requests", x.Device, x.QPN, x.Retransmits, dropped)
+			}
+		}
 	}
-	if cs.Device == "" || ss.Device == "" || cs.Device == ss.Device {
-		t.Fatalf("devices %q and %q, want one for each IP", cs.Device, ss.Device)
-	}
-	if cs.QPN == 0 || cs.DestQPN != ss.QPN || ss.DestQPN != cs.QPN {
-		t.Errorf("QPNs: client %d→%d, server %d→%d", cs.QPN, cs.DestQPN, ss.QPN, ss.DestQPN)
-	}
-	if cs.PathMTU == 0 || cs.PathMTU != ss.PathMTU {
-		t.Errorf("path MTUs %d and %d", cs.PathMTU, ss.PathMTU)
-	}
-	if cs.SRTT <= 0 || ss.SRTT <= 0 || cs.Cwnd <= 0 {
-		t.Errorf("srtt %v and %v, cwnd %d: want measured", cs.SRTT, ss.SRTT, cs.Cwnd)
-	}
-	t.Logf("pipe %+v", pn.Stats())
 	st := Snapshot()
-	for _, x := range []ConnStats{cs, ss} {
+	for _, name := range []string{clients[0].Stats().Device, servers[0].Stats().Device} {
 		var d *DeviceState
 		for i := range st.Devices {
-			if st.Devices[i].Name == x.Device {
+			if st.Devices[i].Name == name {
 				d = &st.Devices[i]
 			}
 		}
-		if d == nil || len(d.Conns) != 1 || d.Conns[0].QPN != x.QPN || d.RegisteredBytes == 0 {
-			t.Fatalf("snapshot: device %s, want it with conn %d and registered bytes: %+v", x.Device, x.QPN, st.Devices)
+		if d == nil || len(d.Conns) != 2 || d.RegisteredBytes == 0 {
+			t.Fatalf("snapshot: device %s, want it with two conns and registered bytes: %+v", name, st.Devices)
+		}
+		var sum ConnStats
+		for _, dc := range d.Conns {
+			x, ok := byQPN[dc.QPN]
+			if !ok {
+				t.Fatalf("snapshot: device %s lists conn %d, not one of the test's", name, dc.QPN)
+			}
+			sum.Retransmits += x.Retransmits
+			sum.Timeouts += x.Timeouts
+			sum.SeqNAKsSent += x.SeqNAKsSent
+			sum.SeqNAKsRecv += x.SeqNAKsRecv
+			sum.RNRNAKsSent += x.RNRNAKsSent
+			sum.RNRNAKsRecv += x.RNRNAKsRecv
 		}
 		dev := d.Counters
-		t.Logf("%s: conn %+v", x.Device, x)
-		t.Logf("%s: device %+v", x.Device, dev)
-		if dev.Retransmits == 0 || dev.SeqNAKsSent == 0 {
-			t.Errorf("%s: 3%% loss and %d retransmits, %d NAKs sent", x.Device, dev.Retransmits, dev.SeqNAKsSent)
-		}
+		t.Logf("%s: device %+v", name, dev)
 		for _, k := range []struct {
-			name      string
-			conn, dev uint64
+			name       string
+			conns, dev uint64
 		}{
-			{"retransmits", x.Retransmits, dev.Retransmits},
-			{"timeouts", x.Timeouts, dev.Timeouts},
-			{"NAKs sent", x.SeqNAKsSent, dev.SeqNAKsSent},
-			{"NAKs received", x.SeqNAKsRecv, dev.SeqNAKsRecv},
-			{"RNR NAKs sent", x.RNRNAKsSent, dev.RNRNAKsSent},
-			{"RNR NAKs received", x.RNRNAKsRecv, dev.RNRNAKsRecv},
+			{"retransmits", sum.Retransmits, dev.Retransmits},
+			{"timeouts", sum.Timeouts, dev.Timeouts},
+			{"NAKs sent", sum.SeqNAKsSent, dev.SeqNAKsSent},
+			{"NAKs received", sum.SeqNAKsRecv, dev.SeqNAKsRecv},
+			{"RNR NAKs sent", sum.RNRNAKsSent, dev.RNRNAKsSent},
+			{"RNR NAKs received", sum.RNRNAKsRecv, dev.RNRNAKsRecv},
 		} {
-			if k.conn != k.dev {
-				t.Errorf("%s: %s: conn %d, device %d", x.Device, k.name, k.conn, k.dev)
+			if k.conns != k.dev {
+				t.Errorf("%s: %s: its conns' sum %d, device %d", name, k.name, k.conns, k.dev)
 			}
 		}
 	}
 	// A NAK one side sends is one the other receives, unless the NAK
-	// itself was lost.
-	if cs.SeqNAKsRecv > ss.SeqNAKsSent || ss.SeqNAKsRecv > cs.SeqNAKsSent {
-		t.Errorf("NAKs: client received %d of the server's %d, server %d of the client's %d",
-			cs.SeqNAKsRecv, ss.SeqNAKsSent, ss.SeqNAKsRecv, cs.SeqNAKsSent)
+	// itself was lost (the test drops none).
+	for i := range clients {
+		cs, ss := clients[i].Stats(), servers[i].Stats()
+		if cs.SeqNAKsRecv != ss.SeqNAKsSent || ss.SeqNAKsRecv != cs.SeqNAKsSent {
+			t.Errorf("conn %d NAKs: client received %d of the server's %d, server %d of the client's %d",
+				i, cs.SeqNAKsRecv, ss.SeqNAKsSent, ss.SeqNAKsRecv, cs.SeqNAKsSent)
+		}
 	}
 }
 

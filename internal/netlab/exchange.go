@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/internal/streambench"
@@ -67,6 +68,9 @@ type ExchangeResult struct {
 
 	// Error is the first failure, empty when the exchange completed.
 	Error string `json:"error,omitempty"`
+	// ConnReset says that the failure Error reports wraps
+	// syscall.ECONNRESET (errors.Is), as a lost connection's must.
+	ConnReset bool `json:"conn_reset,omitempty"`
 }
 
 // Exchange sends cfg.Bytes of the side's pseudo-random stream on c and, at
@@ -116,15 +120,21 @@ func Exchange(c net.Conn, cfg ExchangeConfig) *ExchangeResult {
 	res.ReceivedSHA256 = hex.EncodeToString(recvSum)
 	// The first error in time is usually the cause; the other side's is
 	// often the deadline set to stop it.
+	var failure error
 	switch {
 	case sendErr != nil && !errors.Is(sendErr, os.ErrDeadlineExceeded):
-		res.Error = sendErr.Error()
+		failure = sendErr
 	case recvErr != nil && !errors.Is(recvErr, os.ErrDeadlineExceeded):
-		res.Error = recvErr.Error()
+		failure = recvErr
 	case sendErr != nil:
-		res.Error = sendErr.Error()
+		failure = sendErr
 	case recvErr != nil:
-		res.Error = recvErr.Error()
+		failure = recvErr
+	}
+	switch {
+	case failure != nil:
+		res.Error = failure.Error()
+		res.ConnReset = errors.Is(failure, syscall.ECONNRESET)
 	case res.Received != cfg.Bytes:
 		res.Error = fmt.Sprintf("received %d bytes, want %d", res.Received, cfg.Bytes)
 	case res.MismatchAt >= 0:

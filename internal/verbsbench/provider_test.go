@@ -37,12 +37,14 @@ func init() {
 // provider registry, addressed by its GID and port 4791 as an RDMA
 // device is (the path -provider rdmacore takes).
 func TestRegisteredProvider(t *testing.T) {
-	client := netip.MustParseAddrPort("127.0.0.2:0")
-	server := netip.MustParseAddrPort("127.0.0.3:0")
+	// Addresses of 127/8 that no other test uses (test packages run in
+	// parallel, and the others take 4791 on 127.0.0.1-5).
+	client := netip.MustParseAddrPort("127.0.47.2:0")
+	server := netip.MustParseAddrPort("127.0.47.3:0")
 	for _, a := range []netip.AddrPort{client, server} {
 		dev, err := rocepeer.OpenDevice(netip.AddrPortFrom(a.Addr(), roceUDPPort))
 		if errors.Is(err, syscall.EADDRINUSE) {
-			t.Skipf("UDP %v:4791 is in use by another process: the test needs it free", a.Addr())
+			t.Fatalf("UDP %v:4791 is in use by another program: the test needs it free", a.Addr())
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -67,8 +69,8 @@ func TestRegisteredProvider(t *testing.T) {
 		if want := testProvider + "/softroce0"; !strings.HasPrefix(r.Transport, testProvider+"/") {
 			t.Errorf("%v: transport %q, want %s", c.Test, r.Transport, want)
 		}
-		if r.LocalRoCE != "127.0.0.2:4791" || r.PeerRoCE != "127.0.0.3:4791" {
-			t.Errorf("%v: link %s <-> %s, want 127.0.0.2:4791 <-> 127.0.0.3:4791", c.Test, r.LocalRoCE, r.PeerRoCE)
+		if r.LocalRoCE != "127.0.47.2:4791" || r.PeerRoCE != "127.0.47.3:4791" {
+			t.Errorf("%v: link %s <-> %s, want 127.0.47.2:4791 <-> 127.0.47.3:4791", c.Test, r.LocalRoCE, r.PeerRoCE)
 		}
 	}
 	if err := Bye(conn); err != nil {

@@ -54,7 +54,8 @@ func lossBytes(c netlab.GoodputCase) int64 {
 // when TCP fails (its data corrupt or its connection broken: the path
 // itself is then wrong). TCP taking longer than the limit is logged, not
 // failed: it is the baseline, not what is tested. Goodput is never
-// asserted.
+// asserted (speed lives in benchmarks): the README's goodput table comes
+// from scripts/netpath-bench.sh, which runs the same cases longer.
 func TestLoss(t *testing.T) {
 	skipUnlessLab(t)
 	_, rsockbench := build(t)

@@ -43,8 +43,9 @@
 #      runs last and brings eth0 up again.
 #
 # Environment: G2G_BYTES (16777216), VERIFY_BYTES (32MiB), MIX_BYTES
-# (67108864), PARTS ("1 2 3 4 5 6"), OUT (/tmp/rxe-rdmacore), KEEP_GUEST
-# (1: leave the guests running), CASE_TIMEOUT (600 s).
+# (67108864), PARTS ("1 2 3 4 5 6"; g2 is booted only for parts 2, 3 and
+# 5), OUT (/tmp/rxe-rdmacore), KEEP_GUEST (1: leave the guests running),
+# CASE_TIMEOUT (600 s), RACE (1: build the verbs test binary with -race).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -68,6 +69,7 @@ RUN=${RXE_RUN:-/tmp/rxe-guest}
 NS=${RXE_NETNS:-rxelab}
 HOST_IP=${RXE_HOST_IP:-10.99.0.1}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
+RACE=${RACE:-1}
 # The guests: RXE_G1/RXE_G2 (g1, g2); guest gN has 10.99.0.1N.
 G1=${RXE_G1:-g1} G2=${RXE_G2:-g2}
 IP1=10.99.0.1${G1#g} IP2=10.99.0.1${G2#g}
@@ -87,12 +89,18 @@ log "building the test binaries and rsockbench with -tags rdmacore"
 BIN=$OUT/bin
 mkdir -p "$BIN"
 (cd "$root" &&
-	go test -c -race -tags rdmacore -o "$BIN/rdmacore.test" ./verbs/rdmacore/ &&
+	go test -c $([ "$RACE" = 1 ] && echo -race) -tags rdmacore -o "$BIN/rdmacore.test" ./verbs/rdmacore/ &&
 	go test -c -tags rdmacore -o "$BIN/netconn.test" ./netconn/ &&
 	go build -tags rdmacore -o "$BIN/rsockbench" ./cmd/rsockbench) || { echo "FAIL: go build"; exit 1; }
 
+want_part() { [[ " $PARTS " == *" $1 "* ]]; }
 guest_up() { [ -f "$RUN/$1/ready" ] && [ -f "$RUN/$1/qemu.pid" ] && kill -0 "$(cat "$RUN/$1/qemu.pid")" 2>/dev/null; }
-for g in $G1 $G2; do
+# g2 takes part only in parts 2, 3 and 5.
+guests=$G1
+if want_part 2 || want_part 3 || want_part 5; then
+	guests="$G1 $G2"
+fi
+for g in $guests; do
 	if guest_up $g; then
 		log "reusing running guest $g"
 	else
@@ -104,9 +112,13 @@ done
 cleanup() {
 	if [ "${KEEP_GUEST:-0}" != 1 ]; then
 		log "stopping the guests"
-		"$T/stop-guest.sh" $G1 >/dev/null 2>&1
 		# The last guest also takes the namespace and bridge it made.
-		"$T/stop-guest.sh" $G2 --all-netns >/dev/null 2>&1
+		if [ "$guests" = "$G1" ]; then
+			"$T/stop-guest.sh" $G1 --all-netns >/dev/null 2>&1
+		else
+			"$T/stop-guest.sh" $G1 >/dev/null 2>&1
+			"$T/stop-guest.sh" $G2 --all-netns >/dev/null 2>&1
+		fi
 	fi
 }
 trap cleanup EXIT
@@ -129,7 +141,6 @@ gtest() {
 	shift 2
 	gx "$g" -- "cd /mnt/state && $* 2>&1" >"$out" 2>&1
 }
-want_part() { [[ " $PARTS " == *" $1 "* ]]; }
 # pair OUT SERVER CLIENT: runs the command SERVER in G2 (output in
 # OUT-server.txt), then after 3 s CLIENT in G1 (OUT-client.txt); sets crc
 # and src to their exit statuses.

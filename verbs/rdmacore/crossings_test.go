@@ -51,9 +51,17 @@ func TestCgoCallsPerMessage(t *testing.T) {
 	calls := cgoCalls.Load() - before
 	per := float64(calls) / msgs
 	t.Logf("%d messages of %d B: %d cgo calls, %.2f per message (writer and reader together)", msgs, size, calls, per)
-	// Without batching a message costs the writer a poll and a post and
-	// the reader a poll, a repost and an event with its re-arm: 6.
-	if per >= 6 {
-		t.Errorf("%.2f cgo calls per message: completions or reposts are not batched", per)
+	// Without batching a message costs the writer a post and a poll and
+	// the reader a poll, a repost and an event: 5 or more (5.03 counted on
+	// rxe0 with one completion per poll). Batched, the README counts 2.35
+	// on a quiet machine; a loaded one batches less (3.30 seen under
+	// emulation at a load of 13 on two cores).
+	if per > maxCgoCallsPerMessage {
+		t.Errorf("%.2f cgo calls per message, want at most %.1f: completions or reposts are not batched", per, maxCgoCallsPerMessage)
 	}
 }
+
+// maxCgoCallsPerMessage is the README's bound on the data path's cgo
+// calls per 64 B message, writer and reader together: between batched
+// (2.35) and unbatched (5).
+const maxCgoCallsPerMessage = 4.0

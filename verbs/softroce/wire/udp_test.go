@@ -19,30 +19,40 @@ func TestUDPVectors(t *testing.T) {
 	}
 }
 
+// TestUDPChecksum computes the checksum of UDP datagrams that the Linux
+// kernel checksummed (testdata/kernel_udp.hex, captured by
+// testdata/kernel_udp.sh: IPv4 and IPv6, payloads of 0, 1, 13, 64, 1001
+// and 1400 bytes) and compares it with the kernel's.
 func TestUDPChecksum(t *testing.T) {
-	for _, pair := range [][2]string{{"10.0.0.1", "10.0.0.2"}, {"fd00::1", "fd00::2"}} {
-		src, dst := netip.MustParseAddr(pair[0]), netip.MustParseAddr(pair[1])
-		for _, n := range []int{0, 1, 13, 64} {
-			u := make(UDP, UDPLen+n)
-			for i := range n {
-				u[UDPLen+i] = byte(i*7 + 1)
-			}
-			u.Encode(0xc001, 4791, uint16(len(u)), 0)
-			u.SetChecksum(u.CalculateChecksum(src, dst))
-			// Verification: pseudo header plus datagram sum to all ones.
-			var s uint32
-			if src.Is4() {
-				a, b := src.As4(), dst.As4()
-				s = ChecksumUpdate(ChecksumUpdate(s, a[:]), b[:])
-			} else {
-				a, b := src.As16(), dst.As16()
-				s = ChecksumUpdate(ChecksumUpdate(s, a[:]), b[:])
-			}
-			s += IPProtoUDP + uint32(len(u))
-			if c := ChecksumFold(ChecksumUpdate(s, u)); c != 0 {
-				t.Errorf("%v n=%d: verification sum %#x", src, n, c)
-			}
+	frames, names := loadHexFrames(t, "testdata/kernel_udp.hex")
+	fams := map[bool]int{}
+	for _, name := range names {
+		fr := frames[name]
+		var (
+			src, dst netip.Addr
+			u        UDP
+		)
+		switch Ethernet(fr).EtherType() {
+		case EtherTypeIPv4:
+			ip := IPv4(fr[EthernetLen:])
+			src, dst, u = ip.Src(), ip.Dst(), UDP(fr[EthernetLen+ip.HeaderLen():])
+		case EtherTypeIPv6:
+			ip := IPv6(fr[EthernetLen:])
+			src, dst, u = ip.Src(), ip.Dst(), UDP(fr[EthernetLen+IPv6Len:])
+		default:
+			t.Fatalf("%s: not IPv4 or IPv6", name)
 		}
+		if !u.IsValid(len(u)) || u.DstPort() != 4791 {
+			t.Fatalf("%s: not a UDP datagram to 4791", name)
+		}
+		fams[src.Is4()]++
+		want := u.Checksum()
+		if got := u.CalculateChecksum(src, dst); got != want || want == 0 {
+			t.Errorf("%s (%d bytes %v -> %v): checksum %#04x, the kernel's %#04x", name, u.Length(), src, dst, got, want)
+		}
+	}
+	if fams[true] == 0 || fams[false] == 0 {
+		t.Fatalf("frames of each family: %v", fams)
 	}
 }
 

@@ -104,7 +104,13 @@ const (
 // the file order in names.
 func loadVectors(tb testing.TB) (frames map[string][]byte, names []string) {
 	tb.Helper()
-	f, err := os.Open("testdata/vectors.hex")
+	return loadHexFrames(tb, "testdata/vectors.hex")
+}
+
+// loadHexFrames reads a file of "name hex" lines ('#' starts a comment).
+func loadHexFrames(tb testing.TB, path string) (frames map[string][]byte, names []string) {
+	tb.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}

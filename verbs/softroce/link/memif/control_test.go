@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -372,14 +373,41 @@ func FuzzServerHandshake(f *testing.F) {
 	})
 }
 
+// TestAbstractSocket: a path starting with '@' is an abstract socket.
+// Listening and connecting through it leaves no file (neither in the
+// working directory, where a name taken for a relative path would land,
+// nor anywhere the kernel reports a socket path), the kernel lists the
+// socket as abstract, and after Close the name is free again at once (no
+// stale file to remove).
 func TestAbstractSocket(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
 	name := "@rsock-memif-test-" + strconv.Itoa(os.Getpid())
-	ln, err := Listen(name, testSecret, Config{})
-	if err != nil {
-		t.Fatal(err)
+	for round := range 2 {
+		ln, err := Listen(name, testSecret, Config{})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		connectOnce(t, ln, name)
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+			t.Errorf("round %d: the working directory holds %v (%v), want nothing", round, ents, err)
+		}
+		tbl, err := os.ReadFile("/proc/net/unix")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var listed []string
+		for _, line := range strings.Split(string(tbl), "\n") {
+			if f := strings.Fields(line); len(f) == 8 && strings.HasSuffix(f[7], name[1:]) {
+				listed = append(listed, f[7])
+			}
+		}
+		// The listener, and none of them a path.
+		if len(listed) == 0 || slices.ContainsFunc(listed, func(p string) bool { return p != name }) {
+			t.Errorf("round %d: /proc/net/unix lists %q, want only the abstract %q", round, listed, name)
+		}
+		ln.Close()
 	}
-	defer ln.Close()
-	connectOnce(t, ln, name)
 }
 
 // FuzzClientHandshake plays a server sending arbitrary bytes, cut into

@@ -20,6 +20,9 @@ var receiveWays = []string{"Recv", "RecvLoop"}
 // touched keeps the bytes receiveUntilErr reads from being optimized away.
 var touched atomic.Uint64
 
+// delivered counts the packets receiveUntilErr received.
+var delivered atomic.Uint64
+
 // receiveUntilErr receives on l the given way until it fails, reading
 // every byte of every packet, and returns the error.
 func receiveUntilErr(l *Link, way string) error {
@@ -37,6 +40,7 @@ func receiveUntilErr(l *Link, way string) error {
 			}
 		}
 		touched.Add(sum)
+		delivered.Add(uint64(len(ps)))
 	}
 	if way == "RecvLoop" {
 		return l.RecvLoop(pkts, touch)
@@ -195,11 +199,62 @@ func TestHostileS2C(t *testing.T) {
 
 // TestMovingHead has a hostile client rewrite descriptors and the head of
 // its ring at random while the server receives: the server must neither
-// crash nor touch memory outside the region, and either drops the garbage
-// or fails with ErrRing.
+// crash nor touch memory outside the region, and either fails with
+// ErrRing or drops the garbage and counts it (RxDropped): the region holds
+// no RoCEv2 frame, so a receiver still up after 200 ms that counted no
+// drop took garbage for packets or never read the ring.
 func TestMovingHead(t *testing.T) {
 	for _, way := range receiveWays {
 		t.Run(way, func(t *testing.T) { movingHead(t, way) })
+		t.Run(way+"-published", func(t *testing.T) { garbagePublished(t, way) })
+	}
+}
+
+// garbagePublished has a client publish garbage frames the way a producer
+// should (in-bounds descriptors, the head advanced one slot at a time, never
+// past a full ring): the server must consume every one, deliver none and
+// count each as dropped, and stay up.
+func garbagePublished(t *testing.T, way string) {
+	srv, cli := pair(t, Config{}, Config{Log2RingSize: 5})
+	r := cli.tx.ring
+	size := uint16(cli.tx.size)
+	regLen := len(cli.regs[0].mem)
+	delivered.Store(0)
+	errc := make(chan error, 1)
+	go func() { errc <- receiveUntilErr(srv, way) }()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const frames = 200
+	head := r.Head()
+	deadline := time.Now().Add(10 * time.Second)
+	// waitTail waits until fewer than n published slots are unconsumed.
+	waitTail := func(n uint16) {
+		for head-r.Tail() >= n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server consumed up to %d of %d published slots", r.Tail(), head)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range frames {
+		waitTail(size)
+		off := rng.IntN(regLen - 1)
+		r.Desc(int(head%size)).Encode(0, 0, uint32(1+rng.IntN(min(256, regLen-off-1))), uint32(off), 0)
+		head++
+		r.StoreHead(head)
+	}
+	waitTail(1)
+	// The last frames may still be in the receiver's hands.
+	for srv.Stats().RxDropped < frames && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := srv.Stats()
+	srv.Close()
+	err := <-errc
+	if !errors.Is(err, link.ErrClosed) {
+		t.Fatalf("receiving garbage frames ended with %v, want the receiver up until Close", err)
+	}
+	if st.RxDropped != frames || delivered.Load() != 0 {
+		t.Fatalf("%d garbage frames published: %d counted as dropped, %d delivered as packets", frames, st.RxDropped, delivered.Load())
 	}
 }
 
@@ -227,6 +282,7 @@ func movingHead(t *testing.T, way string) {
 			r.StoreHead(r.Tail() + uint16(rng.IntN(size+1)))
 		}
 	}()
+	delivered.Store(0)
 	errc := make(chan error, 1)
 	go func() { errc <- receiveUntilErr(srv, way) }()
 	var err error
@@ -238,10 +294,20 @@ func movingHead(t *testing.T, way string) {
 	}
 	close(stop)
 	wg.Wait()
-	if !errors.Is(err, ErrRing) && !errors.Is(err, link.ErrClosed) {
+	dropped := srv.Stats().RxDropped
+	t.Logf("ended with %v after dropping %d frames", err, dropped)
+	switch {
+	case errors.Is(err, ErrRing):
+	case errors.Is(err, link.ErrClosed):
+		if dropped == 0 {
+			t.Fatalf("200 ms of garbage frames and none dropped (%d packets delivered)", delivered.Load())
+		}
+		if n := delivered.Load(); n != 0 {
+			t.Fatalf("%d garbage frames delivered as packets", n)
+		}
+	default:
 		t.Fatalf("Recv: %v", err)
 	}
-	t.Logf("ended with %v after dropping %d frames", err, srv.Stats().RxDropped)
 }
 
 // FuzzRing runs both receivers (both roles, both ways of reading a

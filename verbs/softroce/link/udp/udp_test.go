@@ -171,6 +171,9 @@ func TestSendLargerThanBatch(t *testing.T) {
 	}
 }
 
+// ownLoop4 is a loopback address that only TestPortZero uses.
+var ownLoop4 = netip.MustParseAddrPort("127.0.47.91:0")
+
 func portFree(ip string, port int) bool {
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(ip), Port: port})
 	if err != nil {
@@ -182,18 +185,18 @@ func portFree(ip string, port int) bool {
 
 func TestPortZero(t *testing.T) {
 	t.Run("free", func(t *testing.T) {
-		l, err := Listen(Config{Addr: loop4})
+		// An address of 127/8 that no other test uses (test packages run
+		// in parallel, and the others take 4791 on 127.0.0.1-5): its
+		// 4791 is free unless another program holds it.
+		l, err := Listen(Config{Addr: ownLoop4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := l.LocalAddr().Port()
 		l.Close()
 		if port != link.RoCEv2Port {
-			// Another test process may hold 4791 on 127.0.0.1 right now.
-			if portFree("127.0.0.1", link.RoCEv2Port) {
-				t.Fatalf("bound port %d although %d appears free", port, link.RoCEv2Port)
-			}
-			t.Skipf("127.0.0.1:%d is in use by someone else; bound %d", link.RoCEv2Port, port)
+			t.Fatalf("bound port %d, want %d (another program holding %v:%d would explain it: free %v)",
+				port, link.RoCEv2Port, ownLoop4.Addr(), link.RoCEv2Port, portFree(ownLoop4.Addr().String(), link.RoCEv2Port))
 		}
 	})
 	t.Run("taken", func(t *testing.T) {

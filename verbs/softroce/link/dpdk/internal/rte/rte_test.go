@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -21,6 +23,10 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.RemoveAll(dir)
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	os.Exit(code)
 }
 
