@@ -34,8 +34,10 @@ type side struct {
 	params   rsock.Params
 	ep       *rsock.Endpoint
 	raw      *rawSender
-	// canary is registered for remote access under a key nobody is told;
-	// forged WRITEs aim at it, and it must never change.
+	// canary is registered for remote access under a key nobody is told,
+	// in a protection domain of its own, as another connection's ring on
+	// the same device is; forged WRITEs aim at it, and it must never
+	// change.
 	canary   []byte
 	canaryMR verbs.MR
 }
@@ -114,7 +116,7 @@ func newSide(t *testing.T, name, ns string, addr netip.Addr, cfg rsock.Config) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.canaryMR.Close() })
-	if s.ep, err = rsock.NewEndpoint(dev, pd, cfg); err != nil {
+	if s.ep, err = rsock.NewEndpoint(dev, cfg); err != nil {
 		t.Fatal(err)
 	}
 	s.params = s.ep.Params()
