@@ -1,0 +1,303 @@
+package softroce
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// What a request packet must prove before it takes a PSN, and what the
+// responder's work per received packet is bounded by (issue 27).
+
+// request builds a request to the fuzz target's QP at psn: op, a RETH
+// (va, rkey, dmaLen) if op has one, and payload.
+func (ft *fuzzTarget) request(op wire.Opcode, psn uint32, va uint64, rkey, dmaLen uint32, payload []byte) []byte {
+	pad := wire.PadFor(len(payload))
+	b := make([]byte, op.HeaderLen()+len(payload)+pad)
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: op, PadCount: uint8(pad), PKey: wire.DefaultPKey,
+		DestQP: ft.n.qp.QPN(), AckReq: true, PSN: psn})
+	h := wire.BTHLen
+	if op.Flags().Has(wire.FlagRETH) {
+		wire.RETH(b[h:]).Encode(va, rkey, dmaLen)
+		h += wire.RETHLen
+	}
+	if op.Flags().Has(wire.FlagImm) {
+		wire.ImmDt(b[h:]).Set(1)
+		h += wire.ImmDtLen
+	}
+	copy(b[h:], payload)
+	return b
+}
+
+// writeOnly is a WRITE ONLY of payload at offset off of the remote MR.
+func (ft *fuzzTarget) writeOnly(psn uint32, off int, payload []byte) []byte {
+	return ft.request(wire.RCWriteOnly, psn, ft.remote.Addr()+uint64(off), ft.remote.RKey(), uint32(len(payload)), payload)
+}
+
+// zeroWrite is a zero-length WRITE ONLY with a made-up address and key.
+func (ft *fuzzTarget) zeroWrite(psn uint32) []byte {
+	return ft.request(wire.RCWriteOnly, psn, 0xdead0000, 0xbad, 0, nil)
+}
+
+func (ft *fuzzTarget) qpState() verbs.QPState { return ft.n.qp.State() }
+
+func (ft *fuzzTarget) remoteBytes(off, n int) []byte {
+	return ft.mem[fuzzGuard+off : fuzzGuard+off+n]
+}
+
+// TestZeroLengthWriteNotPlacedAhead: with selective repeat, a zero-length
+// WRITE ONLY past a gap (which carries no key that is checked) is left for
+// its turn: the WRITE the requester really sent at that PSN is placed when
+// it comes, not dropped as a duplicate with its bytes lost.
+func TestZeroLengthWriteNotPlacedAhead(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.selective = true
+	ft.reset(t)
+	data := bytes.Repeat([]byte{0x5a}, 200)
+	ft.inject(ft.zeroWrite(0x101), ft.peer)                // forged, past the gap at 0x100
+	ft.inject(ft.writeOnly(0x100, 0, data[:100]), ft.peer) // the real packets
+	ft.inject(ft.writeOnly(0x101, 100, data[100:]), ft.peer)
+	if got := ft.remoteBytes(0, 200); !bytes.Equal(got, data) {
+		t.Fatalf("the WRITE at 0x101 was dropped: remote memory %x", got[100:110])
+	}
+	if ft.qpState() != verbs.QPSRTS {
+		t.Fatalf("QP in %v", ft.qpState())
+	}
+	ft.check(t)
+}
+
+// TestForeignPacketAtPSNFailsQP: a packet that took an expected PSN (a
+// zero-length WRITE, accepted without a key as IBA C9-88 says) followed by
+// a different packet at the same PSN, the one the requester sent: the
+// second is not a copy of the first, so the QP fails instead of
+// acknowledging it as a duplicate while its bytes are lost. A true copy
+// is acknowledged as before. Both loss-recovery modes.
+func TestForeignPacketAtPSNFailsQP(t *testing.T) {
+	for _, selective := range []bool{false, true} {
+		ft := newFuzzTarget(t)
+		ft.selective = selective
+		ft.reset(t)
+		data := bytes.Repeat([]byte{0x77}, 100)
+		// A true duplicate first: nothing happens.
+		ft.inject(ft.writeOnly(0x100, 0, data), ft.peer)
+		ft.inject(ft.writeOnly(0x100, 0, data), ft.peer)
+		if ft.qpState() != verbs.QPSRTS {
+			t.Fatalf("selective %v: a true duplicate moved the QP to %v", selective, ft.qpState())
+		}
+		ft.inject(ft.zeroWrite(0x101), ft.peer)            // forged, at the expected PSN
+		ft.inject(ft.writeOnly(0x101, 100, data), ft.peer) // the requester's
+		if st := ft.qpState(); st != verbs.QPSErr {
+			t.Fatalf("selective %v: the packet displaced by a zero-length WRITE was taken as a duplicate; QP in %v", selective, st)
+		}
+	}
+}
+
+// TestPlacedOnlyAtMessageBoundary: a WRITE ONLY placed past a gap is a
+// whole message, so the packet before it must end one; if the gap is
+// filled by a packet that starts a longer message, the placed packet was
+// not what the requester sent at its PSN, and the QP fails.
+func TestPlacedOnlyAtMessageBoundary(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.selective = true
+	ft.reset(t)
+	ft.inject(ft.writeOnly(0x101, 1000, bytes.Repeat([]byte{1}, 64)), ft.peer)
+	if c := ft.n.dev.Counters(); c.OutOfOrder != 1 {
+		t.Fatalf("the WRITE ONLY past the gap was not placed: %+v", c)
+	}
+	first := ft.request(wire.RCWriteFirst, 0x100, ft.remote.Addr(), ft.remote.RKey(), 600, bytes.Repeat([]byte{2}, 256))
+	ft.inject(first, ft.peer)
+	if st := ft.qpState(); st != verbs.QPSErr {
+		t.Fatalf("a placed WRITE ONLY was taken in the middle of a message; QP in %v", st)
+	}
+	ft.check(t)
+}
+
+// TestWrongRKeyAheadFailsQP: a WRITE ONLY past the gap with an rkey the QP
+// may not use (another PD's region, or a made-up key) is not left for its
+// turn, where the real packet at that PSN would take its place unseen: the
+// QP fails with a remote access error, and nothing is written.
+func TestWrongRKeyAheadFailsQP(t *testing.T) {
+	for _, name := range []string{"made-up key", "another PD's region"} {
+		ft := newFuzzTarget(t)
+		ft.selective = true
+		ft.reset(t)
+		va, rkey := ft.remote.Addr(), ft.remote.RKey()^0x5a5a5a5a
+		if name == "another PD's region" {
+			pd, err := ft.n.dev.AllocPD()
+			must(t, err)
+			buf, err := verbs.AllocBuffer(4096)
+			must(t, err)
+			t.Cleanup(func() { verbs.FreeBuffer(buf) })
+			mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			must(t, err)
+			t.Cleanup(func() { mr.Close() })
+			va, rkey = mr.Addr(), mr.RKey()
+		}
+		payload := bytes.Repeat([]byte{9}, 64)
+		ft.inject(ft.request(wire.RCWriteOnly, 0x105, va, rkey, 64, payload), ft.peer)
+		if st := ft.qpState(); st != verbs.QPSErr {
+			t.Fatalf("%s: QP in %v after a WRITE with a wrong rkey", name, st)
+		}
+		if c := ft.n.dev.Counters(); c.AccessErrors != 1 || c.OutOfOrder != 0 {
+			t.Fatalf("%s: counters %+v", name, c)
+		}
+		ft.check(t)
+	}
+}
+
+// lockSpy is a link whose Send notes whether the QP's lock was held.
+type lockSpy struct {
+	link.Link
+	qp       atomic.Pointer[QP]
+	sends    atomic.Int64
+	heldSend atomic.Int64
+}
+
+func (l *lockSpy) Send(pkts []link.Packet) error {
+	if q := l.qp.Load(); q != nil {
+		l.sends.Add(1)
+		if q.mu.TryLock() {
+			q.mu.Unlock()
+		} else {
+			l.heldSend.Add(1)
+		}
+	}
+	return l.Link.Send(pkts)
+}
+
+// TestReceiveBatchSendsWithoutQPLock: a receive batch whose responses
+// fill the send batch sends them without holding the QP's lock (the
+// guide: no lock across a system call on the data path).
+func TestReceiveBatchSendsWithoutQPLock(t *testing.T) {
+	spy := &lockSpy{}
+	ft := newTarget(t, func(l link.Link) link.Link { spy.Link = l; return spy })
+	ft.reset(t)
+	spy.qp.Store(ft.n.qp)
+	// One-packet READs at consecutive PSNs: each builds one response.
+	n := len(ft.n.dev.rx.out) + 8
+	var pkts []link.Packet
+	for i := range n {
+		b := ft.request(wire.RCReadRequest, psnAdd(0x100, uint32(i)), ft.remote.Addr(), ft.remote.RKey(), 64, nil)
+		buf := make([]byte, len(b), len(b)+wire.ICRCLen)
+		copy(buf, b)
+		pkts = append(pkts, link.Packet{Buf: buf, N: len(b), Addr: ft.peer, ICRC: link.ICRCGood})
+	}
+	ft.n.dev.rx.process(pkts)
+	if spy.sends.Load() < 2 {
+		t.Fatalf("%d READs sent in %d batches; the test needs a full batch", n, spy.sends.Load())
+	}
+	if h := spy.heldSend.Load(); h != 0 {
+		t.Fatalf("%d of %d sends held the QP's lock", h, spy.sends.Load())
+	}
+}
+
+// peerLink attaches the fuzz target's peer to its network, to see the
+// responses.
+func (ft *fuzzTarget) peerLink(t *testing.T) link.Link {
+	l, err := ft.net.Endpoint(ft.peer)
+	must(t, err)
+	return l
+}
+
+// recvResponses reads packets at l until none comes for quiet, and
+// returns the READ responses.
+func recvResponses(t *testing.T, l link.Link, quiet time.Duration) []wire.Packet {
+	t.Helper()
+	var got []wire.Packet
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]link.Packet, 64)
+		for i := range buf {
+			buf[i].Buf = make([]byte, maxPacketLen+wire.ICRCLen)
+		}
+		for {
+			n, err := l.Recv(buf)
+			if err != nil {
+				return
+			}
+			for _, p := range buf[:n] {
+				pkt, err := wire.Parse(append([]byte(nil), p.Bytes()...))
+				if err == nil && pkt.BTH.Opcode().Flags().Has(wire.FlagRead|wire.FlagResponse) {
+					got = append(got, pkt)
+				}
+			}
+		}
+	}()
+	time.Sleep(quiet)
+	l.Close()
+	<-done
+	return got
+}
+
+// TestReadAnsweredInBursts: a READ of many packets is answered with at
+// most readBurst packets by the receive loop; the QP's timer sends the
+// rest, in order, and all of them arrive.
+func TestReadAnsweredInBursts(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.reset(t)
+	peer := ft.peerLink(t)
+	const size = 64 << 10
+	const npkts = size / 256 // at MTU 256
+	buf, err := verbs.AllocBuffer(size)
+	must(t, err)
+	t.Cleanup(func() { verbs.FreeBuffer(buf) })
+	for i := range buf {
+		buf[i] = byte(i * 13)
+	}
+	mr, err := ft.n.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	must(t, err)
+	t.Cleanup(func() { mr.Close() })
+	before := ft.n.dev.Counters().SentPackets
+	ft.inject(ft.request(wire.RCReadRequest, 0x100, mr.Addr(), mr.RKey(), size, nil), ft.peer)
+	if sent := ft.n.dev.Counters().SentPackets - before; sent > readBurst {
+		t.Fatalf("the receive loop sent %d READ responses for one request, more than %d", sent, readBurst)
+	}
+	got := recvResponses(t, peer, 300*time.Millisecond)
+	if len(got) != npkts {
+		t.Fatalf("%d READ responses arrived, want %d", len(got), npkts)
+	}
+	for i, p := range got {
+		if p.BTH.PSN() != psnAdd(0x100, uint32(i)) || !bytes.Equal(p.Payload, buf[i*256:(i+1)*256]) {
+			t.Fatalf("response %d: PSN %#x, payload wrong or out of order", i, p.BTH.PSN())
+		}
+	}
+	if ft.qpState() != verbs.QPSRTS {
+		t.Fatalf("QP in %v", ft.qpState())
+	}
+}
+
+// TestDuplicateReadAnsweredFromResource: a repeated READ is answered from
+// what the original asked for, never from the duplicate's own RETH (which
+// a forger would set to the largest region it can name), and a duplicate
+// of a READ never executed is not answered at all.
+func TestDuplicateReadAnsweredFromResource(t *testing.T) {
+	ft := newFuzzTarget(t)
+	ft.reset(t)
+	peer := ft.peerLink(t)
+	va, rkey := ft.remote.Addr(), ft.remote.RKey()
+	ft.inject(ft.request(wire.RCReadRequest, 0x100, va, rkey, 512, nil), ft.peer) // 0x100, 0x101
+	// A WRITE moves the expected PSN on, so 0x100 is behind it.
+	ft.inject(ft.writeOnly(0x102, 0, []byte{1, 2, 3, 4}), ft.peer)
+	// Duplicates: of the READ's second packet, naming the whole MR; and
+	// one at an old PSN no READ had.
+	ft.inject(ft.request(wire.RCReadRequest, 0x101, va, rkey, fuzzGuard, nil), ft.peer)
+	ft.inject(ft.request(wire.RCReadRequest, 0xf0, va, rkey, 256, nil), ft.peer)
+	got := recvResponses(t, peer, 300*time.Millisecond)
+	var psns []uint32
+	for _, p := range got {
+		psns = append(psns, p.BTH.PSN())
+	}
+	// The READ's two responses, then the replay of its second part.
+	if len(psns) != 3 || psns[0] != 0x100 || psns[1] != 0x101 || psns[2] != 0x101 {
+		t.Fatalf("READ responses at PSNs %#x, want 0x100 0x101 0x101", psns)
+	}
+	if !bytes.Equal(got[2].Payload, ft.remoteBytes(256, 256)) {
+		t.Fatal("the replay sent other bytes than the original READ's second part")
+	}
+}
