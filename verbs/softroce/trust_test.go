@@ -2,12 +2,14 @@ package softroce
 
 import (
 	"bytes"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
+	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -299,5 +301,134 @@ func TestDuplicateReadAnsweredFromResource(t *testing.T) {
 	}
 	if !bytes.Equal(got[2].Payload, ft.remoteBytes(256, 256)) {
 		t.Fatal("the replay sent other bytes than the original READ's second part")
+	}
+}
+
+// cutPair connects a to b over a pipe network, runs one WRITE through (so
+// that the round trip is measured and PSNs lie behind the acknowledged
+// one), then cuts the wire and posts wr, which stays outstanding.
+func cutPair(t *testing.T, mkWR func(a *node) verbs.SendWR) (a, b *node) {
+	t.Helper()
+	o := pairOpts{mtu: verbs.MTU1024, timeout: 18} // ~1 s ACK timeout: no timeouts meanwhile
+	o.defaults()
+	n := pipe.NewNetwork(pipe.Faults{})
+	t.Cleanup(func() { n.Close() })
+	la, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
+	must(t, err)
+	lb, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
+	must(t, err)
+	a, b = newNode(t, la, o), newNode(t, lb, o)
+	connect(t, a, b, o)
+	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 8<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
+	n.SetFaults(pipe.Faults{Loss: 1})
+	wr := mkWR(a)
+	if wr.Opcode != verbs.WRSend {
+		wr.RemoteAddr, wr.RKey = b.mr.Addr(), b.mr.RKey()
+	}
+	a.postSend(wr)
+	return a, b
+}
+
+// forgeRNR is an RNR NAK for dqpn at psn with RNR timer code code.
+func forgeRNR(dqpn, psn uint32, code uint8) []byte {
+	b := make([]byte, wire.BTHLen+wire.AETHLen)
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: wire.RCAcknowledge, MigReq: true, PKey: wire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	wire.AETH(b[wire.BTHLen:]).Encode(wire.RNRSyndrome(code), 0)
+	return b
+}
+
+func rnrState(q *QP) (wait bool, deadline int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.req.rnrWait, q.comp.rnrDeadline
+}
+
+// TestForgedRNRNAKs: an RNR NAK counts only at a PSN that needs a receive
+// WQE (the last packet of a WRITE with immediate here, not its first) and
+// not while an RNR wait is on (no responder sends one then: nothing was
+// sent to it), so a flood of them cannot keep extending the wait.
+func TestForgedRNRNAKs(t *testing.T) {
+	var a *node
+	wr := func() verbs.SendWR {
+		return verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.sge(0, 4096)}, Imm: 1}
+	}
+	a, _ = cutPair(t, func(n *node) verbs.SendWR { a = n; return wr() })
+	v := viewCompleter(a.qp)
+	first, last := psnAdd(v.acked, 1), psnAdd(v.acked, 4) // four packets of 1 KiB
+	inject(t, a.qp, forgeRNR(a.qp.QPN(), first, 0))
+	if wait, _ := rnrState(a.qp); wait {
+		t.Fatal("an RNR NAK at the first packet of a WRITE with immediate started an RNR wait")
+	}
+	inject(t, a.qp, forgeRNR(a.qp.QPN(), last, 0))
+	wait, d1 := rnrState(a.qp)
+	if !wait {
+		t.Fatal("an RNR NAK at the packet that needs the receive WQE was ignored")
+	}
+	time.Sleep(2 * time.Millisecond)
+	for range 10 {
+		inject(t, a.qp, forgeRNR(a.qp.QPN(), last, 0))
+	}
+	if _, d2 := rnrState(a.qp); d2 != d1 {
+		t.Fatalf("RNR NAKs during the RNR wait moved its end by %v", time.Duration(d2-d1))
+	}
+}
+
+// TestRNRWaitBounded: with rnr_retry 7 (retry forever, for the IBTA), RNR
+// NAKs for one request, each sent after the wait before it ended (as a
+// forger that floods them achieves), stop holding it once its waits
+// total maxRNRWait: it completes with WCRNRRetryExcErr.
+func TestRNRWaitBounded(t *testing.T) {
+	defer func(old int64) { maxRNRWait = old }(maxRNRWait)
+	maxRNRWait = int64(30 * time.Millisecond)
+	a, _ := cutPair(t, func(n *node) verbs.SendWR {
+		return verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{n.sge(0, 100)}}
+	})
+	psn := psnAdd(viewCompleter(a.qp).acked, 1)
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if wc, ok := tryPoll(a.scq); ok {
+			if wc.WRID != 2 || wc.Status != verbs.WCRNRRetryExcErr {
+				t.Fatalf("completion %+v", wc)
+			}
+			return
+		}
+		if wait, _ := rnrState(a.qp); !wait {
+			inject(t, a.qp, forgeRNR(a.qp.QPN(), psn, 13)) // 0.96 ms
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	t.Fatal("RNR NAKs held the SEND for 3 s")
+}
+
+// tryPoll polls one completion, if there is one.
+func tryPoll(cq verbs.CQ) (verbs.WC, bool) {
+	var wc [1]verbs.WC
+	n, err := cq.Poll(wc[:])
+	return wc[0], err == nil && n == 1
+}
+
+// TestSequenceNAKFloodBounded: sequence NAKs at ever newer PSNs (each one
+// moving the acknowledged PSN on by one, as a forger tracking the stream
+// can send them) resend the window at most once per half round trip, not
+// once per NAK.
+func TestSequenceNAKFloodBounded(t *testing.T) {
+	a, _ := cutPair(t, func(n *node) verbs.SendWR {
+		return verbs.SendWR{ID: 2, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{n.sge(0, 64<<10)}}
+	})
+	v := viewCompleter(a.qp)
+	window := int(psnDiff(v.next, v.acked)) - 1
+	if window < 8 {
+		t.Fatalf("only %d packets outstanding", window)
+	}
+	before := a.qp.Counters().Retransmits
+	const naks = 30
+	for i := range naks {
+		inject(t, a.qp, forgeResponse(respSeqNAK, a.qp.QPN(), psnAdd(v.acked, uint32(i+1))))
+	}
+	re := a.qp.Counters().Retransmits - before
+	t.Logf("%d sequence NAKs, window %d: %d packets resent", naks, window, re)
+	if re > uint64(3*window) {
+		t.Fatalf("%d sequence NAKs resent %d packets, more than three windows of %d", naks, re, window)
 	}
 }
