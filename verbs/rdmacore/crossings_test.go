@@ -16,8 +16,8 @@ import (
 func TestCgoCallsPerMessage(t *testing.T) {
 	d := openTestDevice(t)
 	var eps [2]*rsock.Endpoint
+	var err error
 	for i := range eps {
-		var err error
 		if eps[i], err = rsock.NewEndpoint(d, rsock.Config{KeepAlive: -1}); err != nil {
 			t.Fatal(err)
 		}
