@@ -27,6 +27,7 @@ var loopback = flag.Bool("hostile.loopback", false, "run on loopback even where 
 // toward the other side.
 type side struct {
 	name string
+	ns   string // its network namespace; empty on loopback
 	dev  *softroce.Device
 	link netip.AddrPort // the device's UDP address
 	// stranger is an address on the same network that no device has.
@@ -80,7 +81,7 @@ func newSides(t *testing.T, cfg rsock.Config) (a, b *side) {
 
 func newSide(t *testing.T, name, ns string, addr netip.Addr, cfg rsock.Config) *side {
 	t.Helper()
-	s := &side{name: name}
+	s := &side{name: name, ns: ns}
 	var l *udp.Link
 	inNetns(t, ns, func() {
 		var err error

@@ -105,8 +105,15 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 		}
 		q.onRNR(psn, syn.Value())
 	case wire.SyndromeNAK:
+		seqErr := wire.NAKCode(syn.Value()) == wire.NAKPSNSeqErr
+		if seqErr && q.comp.sb != nil {
+			// A selective-repeat responder reports gaps with selective
+			// NAKs only: this one is forged.
+			q.count(cUnexpectedResponses, 1)
+			return
+		}
 		q.ackUpTo(psnAdd(psn, wire.PSNMask))
-		if wire.NAKCode(syn.Value()) == wire.NAKPSNSeqErr {
+		if seqErr {
 			q.count(cSeqNAKsRecv, 1)
 			if !q.req.rnrWait && !q.rewindTooSoon() {
 				q.goBack(psn)

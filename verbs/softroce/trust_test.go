@@ -432,3 +432,21 @@ func TestSequenceNAKFloodBounded(t *testing.T) {
 		t.Fatalf("%d sequence NAKs resent %d packets, more than three windows of %d", naks, re, window)
 	}
 }
+
+// TestPlainSeqNAKIgnoredBySelectiveQP: a selective-repeat responder
+// reports gaps with selective NAKs only, so a plain sequence NAK to a
+// selective-repeat requester is forged: it is counted and dropped, and
+// neither acknowledges anything nor rewinds.
+func TestPlainSeqNAKIgnoredBySelectiveQP(t *testing.T) {
+	a, _, _ := stalledPair(t, true)
+	v := viewCompleter(a.qp)
+	before := a.qp.Counters()
+	inject(t, a.qp, forgeResponse(respSeqNAK, a.qp.QPN(), psnAdd(v.acked, 2)))
+	after := a.qp.Counters()
+	if w := viewCompleter(a.qp); w.acked != v.acked || after.Retransmits != before.Retransmits {
+		t.Fatalf("a plain sequence NAK moved a selective-repeat requester: acked %#x -> %#x, %d packets resent", v.acked, w.acked, after.Retransmits-before.Retransmits)
+	}
+	if after.UnexpectedResponses != before.UnexpectedResponses+1 {
+		t.Fatalf("UnexpectedResponses %d, want %d", after.UnexpectedResponses, before.UnexpectedResponses+1)
+	}
+}
