@@ -171,18 +171,16 @@ func (q *QP) rnrPoint(psn uint32) bool {
 	return false
 }
 
-// minRewindGap is the least time between two go-back-N rewinds that
-// sequence NAKs cause, when no round trip is measured yet.
-const minRewindGap = int64(50 * time.Microsecond)
-
 // rewindTooSoon reports whether a go-back-N rewind happened less than
-// half a round trip ago. A sequence NAK that arrives sooner was sent
-// before the peer saw the rewind's packets, and is stale: so NAKs, forged
-// or not, that alternate between PSNs (which the PSN check of goBack does
-// not catch) cause at most one resend of the window per half round trip.
+// half the shortest round trip measured ago. The peer cannot answer a
+// rewind's packets sooner, so a sequence NAK that arrives sooner was sent
+// before it saw them: it is stale (the rewind resends what it names
+// anyway). So NAKs, forged or not, that alternate between PSNs (which the
+// PSN check of goBack does not catch) cause at most one resend of the
+// window per half round trip.
 func (q *QP) rewindTooSoon() bool {
 	at := q.comp.rewindAt
-	return at != 0 && nanotime()-at < max(q.comp.rtt.srtt/2, minRewindGap)
+	return at != 0 && nanotime()-at < q.comp.rtt.min/2
 }
 
 // goBack rewinds to psn unless the same rewind is already under way.
