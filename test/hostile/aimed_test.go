@@ -276,8 +276,9 @@ func flood(t *testing.T, raw *rawSender, src, dst netip.AddrPort, d time.Duratio
 // of data packets the writer just sent (which need no receive WQE), as
 // fast as a raw socket sends them, for two seconds, with the longest RNR
 // timer (655 ms). Before, each one that named an outstanding PSN paused
-// the writer for 655 ms and the next one extended the pause: the stream
-// crawled. Now they are counted and dropped, and the stream keeps going.
+// the writer for 655 ms and the next one extended the pause (the stream
+// crawled). Now none is acted on: the writer counts as received only the
+// RNR NAKs the reader really sent, and drops the rest as unexpected.
 func TestForgedRNRNAKFlood(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -296,12 +297,16 @@ func TestForgedRNRNAKFlood(t *testing.T) {
 			moved := f.got.Load() - before
 			close(stop)
 			<-f.done
-			t.Logf("%d forged RNR NAKs in 2 s; the stream moved %d bytes meanwhile; writer counters %+v", sent, moved, a.dev.Counters())
+			ca, cb := a.dev.Counters(), b.dev.Counters()
+			t.Logf("%d forged RNR NAKs in 2 s (the stream moved %d bytes meanwhile); writer counters %+v", sent, moved, ca)
 			if f.wrong != nil || f.err != nil {
 				t.Fatalf("flow: %v", errors.Join(f.wrong, f.err))
 			}
-			if moved < 4<<20 {
-				t.Fatalf("forged RNR NAKs held the stream to %d bytes in 2 s", moved)
+			if ca.RNRNAKsRecv > cb.RNRNAKsSent {
+				t.Fatalf("the writer acted on %d RNR NAKs; the reader sent %d", ca.RNRNAKsRecv, cb.RNRNAKsSent)
+			}
+			if ca.UnexpectedResponses == 0 {
+				t.Fatal("no forged RNR NAK reached the writer")
 			}
 		})
 	}
@@ -309,12 +314,16 @@ func TestForgedRNRNAKFlood(t *testing.T) {
 
 // TestForgedSequenceNAKFlood: sequence NAKs forged as from the reader,
 // alternating between two PSNs behind the newest the writer sent (4 and
-// 64 behind), as fast as a raw socket sends them, for two seconds.
-// Before, each one that moved the acknowledged PSN on made the writer
-// send everything after its PSN again (the rewind check remembered one
-// PSN only), so the writer resent most of what it sent. Now a go-back-N
-// writer rewinds at most once per half round trip, and a selective-repeat
-// writer drops them (its peer reports gaps with selective NAKs only).
+// 64 behind), as fast as a raw socket sends them, for two seconds. Before,
+// each one that moved the acknowledged PSN on made the writer send
+// everything after its PSN again (the rewind check remembered one PSN
+// only): a selective-repeat writer resent most of what it sent. Now a
+// selective-repeat writer drops them all (its peer reports gaps with
+// selective NAKs only), and a go-back-N writer rewinds at most once per
+// half round trip (TestSequenceNAKFloodBounded in verbs/softroce bounds
+// that; here the resends are only logged: how many depends on timing).
+// The stream may fail, since a sequence NAK acknowledges what came before
+// its PSN, but the reader never gets wrong bytes.
 func TestForgedSequenceNAKFlood(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -327,29 +336,25 @@ func TestForgedSequenceNAKFlood(t *testing.T) {
 			f := startPaceFlow(sa, sb, 4, stop)
 			time.Sleep(200 * time.Millisecond)
 			c0 := a.dev.Counters()
-			before := f.got.Load()
 			i := 0
 			sent := flood(t, b.raw, b.link, a.link, 2*time.Second, func() []byte {
 				newest, _ := sn.newest()
 				i++
 				return forgeAck(a.params.QPN, newest-uint32(4+60*(i%2)), wire.NAKSyndrome(wire.NAKPSNSeqErr))
 			})
-			moved := f.got.Load() - before
 			c1 := a.dev.Counters()
 			close(stop)
 			<-f.done
 			re, out := c1.Retransmits-c0.Retransmits, c1.SentPackets-c0.SentPackets
-			t.Logf("%d forged sequence NAKs in 2 s; the writer sent %d packets, %d of them again; the stream moved %d bytes", sent, out, re, moved)
-			// The stream may fail (a forged NAK acknowledges what came
-			// before its PSN, arrived or not), but never with wrong bytes.
+			t.Logf("%d forged sequence NAKs in 2 s; the writer sent %d packets, %d of them again; sequence NAKs taken %d", sent, out, re, c1.SeqNAKsRecv-c0.SeqNAKsRecv)
 			if f.wrong != nil {
 				t.Fatalf("the reader got wrong bytes: %v", f.wrong)
 			}
 			if f.err != nil {
 				t.Logf("the stream failed: %v", f.err)
 			}
-			if re > out/4 {
-				t.Fatalf("forged sequence NAKs made the writer resend %d of %d packets", re, out)
+			if !m.goBackN && c1.SeqNAKsRecv != c0.SeqNAKsRecv {
+				t.Fatalf("a selective-repeat writer took %d plain sequence NAKs", c1.SeqNAKsRecv-c0.SeqNAKsRecv)
 			}
 		})
 	}
