@@ -148,18 +148,22 @@ func vectorPackets(t testing.TB) [][]byte {
 }
 
 // FuzzResponder feeds arbitrary packets from the connected peer (and from
-// a stranger) to a QP. Nothing may panic, and no byte outside the MR
-// registered for remote access may change.
+// a stranger) to a QP, with go-back-N or selective repeat. Nothing may
+// panic, and no byte outside the MR registered for remote access may
+// change.
 func FuzzResponder(f *testing.F) {
 	ft := newFuzzTarget(f)
-	for _, p := range ft.seedPackets() {
-		f.Add(p, false)
-	}
-	for _, p := range vectorPackets(f) {
-		f.Add(p, false)
+	for _, selective := range []bool{false, true} {
+		for _, p := range ft.seedPackets() {
+			f.Add(p, false, selective)
+		}
+		for _, p := range vectorPackets(f) {
+			f.Add(p, false, selective)
+		}
 	}
 	stranger := netip.MustParseAddrPort("192.0.2.77:4791")
-	f.Fuzz(func(t *testing.T, pkt []byte, fromStranger bool) {
+	f.Fuzz(func(t *testing.T, pkt []byte, fromStranger, selective bool) {
+		ft.selective = selective
 		ft.reset(t)
 		src := ft.peer
 		if fromStranger {
