@@ -42,7 +42,6 @@ type deviceKey struct {
 type sharedDevice struct {
 	key   deviceKey
 	dev   verbs.Device
-	pd    verbs.PD
 	refs  int
 	timer *time.Timer
 	// private: the device of one connection (a memif link), not in the
@@ -187,18 +186,15 @@ func newDevice(key deviceKey, name string, l link.Link, mtu verbs.MTU) (*sharedD
 		l.Close()
 		return nil, err
 	}
-	return withPD(key, dev)
+	return shareDevice(key, dev), nil
 }
 
-// withPD makes a shared device of dev with a protection domain, and one
-// reference; dev is closed on failure.
-func withPD(key deviceKey, dev verbs.Device) (*sharedDevice, error) {
-	pd, err := dev.AllocPD()
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
-	return &sharedDevice{key: key, dev: dev, pd: pd, refs: 1}, nil
+// shareDevice makes a shared device of dev, with one reference. Each
+// connection's endpoint has a protection domain of its own (see
+// rsock.NewEndpoint), so that one connection's peer cannot reach another
+// connection's rings.
+func shareDevice(key deviceKey, dev verbs.Device) *sharedDevice {
+	return &sharedDevice{key: key, dev: dev, refs: 1}
 }
 
 // listenLink opens a device's link; tests replace it to make it fail.

@@ -157,7 +157,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 	stream, err := streamConfig(set.stream, c)
 	var ep *rsock.Endpoint
 	if err == nil {
-		ep, err = rsock.NewEndpoint(dev.dev, dev.pd, stream)
+		ep, err = rsock.NewEndpoint(dev.dev, stream)
 	}
 	if err != nil {
 		// The listener waits for a Hello that will not come: start over

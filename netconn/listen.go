@@ -297,7 +297,7 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 		releaseDevice(dev)
 		return decline(err.Error())
 	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
+	ep, err := rsock.NewEndpoint(dev.dev, stream)
 	if err != nil {
 		releaseDevice(dev)
 		return decline(err.Error())

@@ -173,7 +173,7 @@ func memifEndpoint(l *memif.Link, local netip.Addr, stream rsock.Config) (*share
 	if stream.RingSize == 0 {
 		stream.RingSize = memifRingSize
 	}
-	ep, err := rsock.NewEndpoint(dev.dev, dev.pd, stream)
+	ep, err := rsock.NewEndpoint(dev.dev, stream)
 	if err != nil {
 		releaseDevice(dev) // and its slot
 		return nil, nil, err

@@ -93,7 +93,7 @@ func openRDMACore(key deviceKey) (*sharedDevice, error) {
 	if err != nil {
 		return nil, err
 	}
-	return withPD(key, dev)
+	return shareDevice(key, dev), nil
 }
 
 // roceLinks are the links that carry RoCEv2 in IP/UDP to port 4791 on an

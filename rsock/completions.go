@@ -50,7 +50,10 @@ func (s *Stream) complete(wc *verbs.WC) {
 	}
 	switch wc.Opcode {
 	case verbs.WCRecvRDMAWithImm:
-		if wc.Imm>>immTypeShift != immData || !s.cons.Arrived(int(wc.Imm&immValueMask)) {
+		// Every data write carries its message's last byte: a zero-length
+		// one (which needs no rkey to be accepted) did not come from the
+		// peer's stream, and the bytes it announces are not in the ring.
+		if wc.Imm>>immTypeShift != immData || wc.ByteLen == 0 || !s.cons.Arrived(int(wc.Imm&immValueMask)) {
 			s.fail(ErrProtocol)
 			return
 		}

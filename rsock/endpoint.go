@@ -19,6 +19,7 @@ const maxCtrlSends = 16
 type Endpoint struct {
 	cfg    Config
 	dev    verbs.Device
+	pd     verbs.PD // the endpoint's own: its rkey works on its QP only
 	cq     verbs.CQ
 	qp     verbs.QP
 	mem    []byte // one mapping: receive ring | send ring | control slots
@@ -47,8 +48,13 @@ type Endpoint struct {
 // port (soft-RoCE).
 type localPorter interface{ LocalAddr() netip.AddrPort }
 
-// NewEndpoint creates a queue pair on pd of dev and registers the rings.
-func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err error) {
+// NewEndpoint creates a queue pair on dev and registers the rings, in a
+// protection domain of their own: the ring's rkey, which the peer learns,
+// is valid on this endpoint's queue pair only, so that a peer of one
+// connection cannot write into another's rings on the same device
+// (guessing their rkeys), and a wrong rkey fails the queue pair that sent
+// it.
+func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -62,6 +68,10 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 			e.release()
 		}
 	}()
+	if e.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	pd := e.pd
 	ctrlBytes := (cfg.RecvDepth + maxCtrlSends) * controlLen
 	if e.mem, err = verbs.AllocBuffer(2*cfg.RingSize + ctrlBytes); err != nil {
 		return nil, err
@@ -168,6 +178,10 @@ func (e *Endpoint) release() error {
 	if e.mem != nil {
 		errs = append(errs, verbs.FreeBuffer(e.mem))
 		e.mem = nil
+	}
+	if e.pd != nil {
+		errs = append(errs, e.pd.Close())
+		e.pd = nil
 	}
 	return errors.Join(errs...)
 }

@@ -49,11 +49,7 @@ func benchLossyStream(b *testing.B, f pipe.Faults, goBackN bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		pd, err := d.AllocPD()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &testDev{dev: d, pd: pd}
+		return &testDev{dev: d}
 	}
 	da, db := open("10.0.0.1"), open("10.0.0.2")
 	defer da.dev.Close()

@@ -25,10 +25,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testDev is a soft-RoCE device on loopback UDP with one PD.
+// testDev is a soft-RoCE device on loopback UDP.
 type testDev struct {
 	dev *softroce.Device
-	pd  verbs.PD
 }
 
 func newTestDev(t testing.TB) *testDev {
@@ -41,21 +40,17 @@ func newTestDev(t testing.TB) *testDev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testDev{dev: d, pd: pd}
+	return &testDev{dev: d}
 }
 
 // streamPair connects two streams across two devices.
 func streamPair(t testing.TB, a, b *testDev, cfg Config) (*Stream, *Stream) {
 	t.Helper()
-	ea, err := NewEndpoint(a.dev, a.pd, cfg)
+	ea, err := NewEndpoint(a.dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := NewEndpoint(b.dev, b.pd, cfg)
+	eb, err := NewEndpoint(b.dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,3 +195,48 @@ func Atomics(t *testing.T, a, b *Node, timeout time.Duration) {
 		t.Fatalf("cmp_swap returned %d, memory %d; want 1234, 7", got, mem)
 	}
 }
+
+// ForeignRKey checks that an rkey works only in its protection domain: a
+// WRITE, READ and atomic from a that name other, a region of b's device
+// in another PD than b's QP (another connection's ring, say), fail with
+// WCRemAccessErr and move a's QP to ERR, and other's memory is untouched.
+// Each runs on a fresh pair: mk returns two connected nodes and other.
+func ForeignRKey(t *testing.T, mk func(t *testing.T) (a, b *Node, other verbs.MR), timeout time.Duration) {
+	ops := []struct {
+		name string
+		wr   func(a *Node, other verbs.MR) verbs.SendWR
+	}{
+		{"write", func(a *Node, o verbs.MR) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.SGE(0, 64)}, RemoteAddr: o.Addr(), RKey: o.RKey()}
+		}},
+		{"write with immediate", func(a *Node, o verbs.MR) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.SGE(0, 64)}, RemoteAddr: o.Addr(), RKey: o.RKey(), Imm: 1}
+		}},
+		{"read", func(a *Node, o verbs.MR) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRRDMARead, SGL: []verbs.SGE{a.SGE(0, 64)}, RemoteAddr: o.Addr(), RKey: o.RKey()}
+		}},
+		{"atomic", func(a *Node, o verbs.MR) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WRAtomicFetchAdd, SGL: []verbs.SGE{a.SGE(0, 8)}, RemoteAddr: o.Addr(), RKey: o.RKey(), CompareAdd: 1}
+		}},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			a, b, other := mk(t)
+			b.PostRecv(t, 7, 0, 64)
+			before := append([]byte(nil), other.Buf()...)
+			wr := op.wr(a, other)
+			wr.ID = 42
+			a.PostSend(t, wr)
+			wc := WaitWC(t, a.SendCQ, timeout)
+			if wc.WRID != 42 || wc.Status != verbs.WCRemAccessErr {
+				t.Fatalf("completion %+v, want status %v", wc, verbs.WCRemAccessErr)
+			}
+			if st := a.QP.State(); st != verbs.QPSErr {
+				t.Fatalf("requester QP in %v, want ERR", st)
+			}
+			if !bytes.Equal(before, other.Buf()) {
+				t.Fatal("the other PD's region changed")
+			}
+		})
+	}
+}

@@ -27,6 +27,7 @@ var loopback = flag.Bool("hostile.loopback", false, "run on loopback even where 
 // toward the other side.
 type side struct {
 	name string
+	ns   string // its network namespace; empty on loopback
 	dev  *softroce.Device
 	link netip.AddrPort // the device's UDP address
 	// stranger is an address on the same network that no device has.
@@ -34,8 +35,10 @@ type side struct {
 	params   rsock.Params
 	ep       *rsock.Endpoint
 	raw      *rawSender
-	// canary is registered for remote access under a key nobody is told;
-	// forged WRITEs aim at it, and it must never change.
+	// canary is registered for remote access under a key nobody is told,
+	// in a protection domain of its own, as another connection's ring on
+	// the same device is; forged WRITEs aim at it, and it must never
+	// change.
 	canary   []byte
 	canaryMR verbs.MR
 }
@@ -78,7 +81,7 @@ func newSides(t *testing.T, cfg rsock.Config) (a, b *side) {
 
 func newSide(t *testing.T, name, ns string, addr netip.Addr, cfg rsock.Config) *side {
 	t.Helper()
-	s := &side{name: name}
+	s := &side{name: name, ns: ns}
 	var l *udp.Link
 	inNetns(t, ns, func() {
 		var err error
@@ -114,7 +117,7 @@ func newSide(t *testing.T, name, ns string, addr netip.Addr, cfg rsock.Config) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.canaryMR.Close() })
-	if s.ep, err = rsock.NewEndpoint(dev, pd, cfg); err != nil {
+	if s.ep, err = rsock.NewEndpoint(dev, cfg); err != nil {
 		t.Fatal(err)
 	}
 	s.params = s.ep.Params()

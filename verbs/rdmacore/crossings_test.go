@@ -15,12 +15,10 @@ import (
 // receive reposts per batch of completions, completion events.
 func TestCgoCallsPerMessage(t *testing.T) {
 	d := openTestDevice(t)
-	pd, err := d.AllocPD()
-	must(t, err)
-	t.Cleanup(func() { pd.Close() })
 	var eps [2]*rsock.Endpoint
+	var err error
 	for i := range eps {
-		if eps[i], err = rsock.NewEndpoint(d, pd, rsock.Config{KeepAlive: -1}); err != nil {
+		if eps[i], err = rsock.NewEndpoint(d, rsock.Config{KeepAlive: -1}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { eps[i].Close() })

@@ -282,3 +282,15 @@ func TestCloseRules(t *testing.T) {
 		t.Fatalf("port of a closed device: %v", d2.Port().State)
 	}
 }
+
+// TestForeignRKey: an rkey of a region in another PD of the device fails
+// the requester with a remote access error (internal/verbstest).
+func TestForeignRKey(t *testing.T) {
+	d := openTestDevice(t)
+	verbstest.ForeignRKey(t, func(t *testing.T) (*verbstest.Node, *verbstest.Node, verbs.MR) {
+		a, b := newNode(t, d, 1<<16, allAccess), newNode(t, d, 1<<16, allAccess)
+		connect(t, a, b, verbs.MTU1024, allAccess)
+		other := newNode(t, d, 4096, allAccess) // its own PD
+		return a.vt(), b.vt(), other.mr
+	}, wcTimeout)
+}

@@ -2,6 +2,7 @@ package softroce
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
@@ -17,6 +18,7 @@ type completerState struct {
 	// evidence for the same loss rewinds only once.
 	rewound   bool
 	rewindPSN uint32
+	rewindAt  int64 // when the last go-back-N rewind happened (monotonic ns)
 
 	win sendWindow   // congestion window
 	rtt rttEstimator // round-trip measurements for the ACK timeout
@@ -34,6 +36,11 @@ type completerState struct {
 	ackDeadline int64 // local ACK timeout (monotonic ns), 0 when not armed
 	rnrDeadline int64 // end of the RNR wait, 0 when not waiting
 	rnrPSN      uint32
+	// rnrWQE is the request the RNR waits were for (its send queue index
+	// and first PSN), and rnrWaited their total (ns).
+	rnrWQE      uint32
+	rnrFirstPSN uint32
+	rnrWaited   int64
 }
 
 // complete handles a response packet (ACK, NAK, READ response, atomic
@@ -85,14 +92,30 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 	case wire.SyndromeACK:
 		q.ackUpTo(psn)
 	case wire.SyndromeRNR:
+		if q.req.rnrWait || !q.rnrPoint(psn) {
+			// Nothing was sent since the last RNR NAK, or psn is not a
+			// packet that needs a receive WQE: no responder sent it.
+			q.count(cUnexpectedResponses, 1)
+			return
+		}
 		q.count(cRNRNAKsRecv, 1)
 		q.ackUpTo(psnAdd(psn, wire.PSNMask))
+		if q.attr.State != verbs.QPSRTS {
+			return
+		}
 		q.onRNR(psn, syn.Value())
 	case wire.SyndromeNAK:
+		seqErr := wire.NAKCode(syn.Value()) == wire.NAKPSNSeqErr
+		if seqErr && q.comp.sb != nil {
+			// A selective-repeat responder reports gaps with selective
+			// NAKs only: this one is forged.
+			q.count(cUnexpectedResponses, 1)
+			return
+		}
 		q.ackUpTo(psnAdd(psn, wire.PSNMask))
-		if wire.NAKCode(syn.Value()) == wire.NAKPSNSeqErr {
+		if seqErr {
 			q.count(cSeqNAKsRecv, 1)
-			if !q.req.rnrWait {
+			if !q.req.rnrWait && !q.rewindTooSoon() {
 				q.goBack(psn)
 			}
 			return
@@ -127,6 +150,39 @@ func (q *QP) wqeAt(psn uint32) uint32 {
 	return q.sqHead
 }
 
+// rnrPoint reports whether a responder could send an RNR NAK for psn: it
+// is a packet sent that consumes a receive WQE, the first of a SEND or
+// the last of a WRITE with immediate.
+func (q *QP) rnrPoint(psn uint32) bool {
+	idx := q.wqeAt(psn)
+	if idx == q.sqTail {
+		return false
+	}
+	w := &q.sq[idx%uint32(len(q.sq))]
+	if !w.containsPSN(psn) {
+		return false
+	}
+	switch w.opcode {
+	case verbs.WRSend, verbs.WRSendWithImm:
+		return psn == w.firstPSN
+	case verbs.WRRDMAWriteWithImm:
+		return psn == w.lastPSN()
+	}
+	return false
+}
+
+// rewindTooSoon reports whether a go-back-N rewind happened less than
+// half the shortest round trip measured ago. The peer cannot answer a
+// rewind's packets sooner, so a sequence NAK that arrives sooner was sent
+// before it saw them: it is stale (the rewind resends what it names
+// anyway). So NAKs, forged or not, that alternate between PSNs (which the
+// PSN check of goBack does not catch) cause at most one resend of the
+// window per half round trip.
+func (q *QP) rewindTooSoon() bool {
+	at := q.comp.rewindAt
+	return at != 0 && nanotime()-at < q.comp.rtt.min/2
+}
+
 // goBack rewinds to psn unless the same rewind is already under way.
 func (q *QP) goBack(psn uint32) {
 	if q.comp.rewound && q.comp.rewindPSN == psn {
@@ -135,6 +191,7 @@ func (q *QP) goBack(psn uint32) {
 	if psnDiff(psn, q.req.nextPSN) >= 0 {
 		return // nothing sent at or after psn
 	}
+	q.comp.rewindAt = nanotime()
 	q.comp.rewound = true
 	q.comp.rewindPSN = psn
 	q.comp.win.onLoss(psn, q.req.highPSN)
@@ -296,10 +353,21 @@ func (q *QP) onAtomicAck(psn uint32, pkt *wire.Packet) {
 	q.retire()
 }
 
+// maxRNRWait bounds the time one request waits for receive WQEs over all
+// its RNR NAKs, even with rnr_retry 7 (which the IBTA calls infinite): RNR
+// NAKs, forged or not, cannot hold a request forever.
+var maxRNRWait = int64(60 * time.Second)
+
 // onRNR starts the RNR wait after an RNR NAK for psn, or fails the request
-// when its RNR retries are used up.
+// when its RNR retries, or its total RNR wait, are used up.
 func (q *QP) onRNR(psn uint32, timerCode uint8) {
-	if q.comp.rnrLeft == 0 {
+	idx := q.wqeAt(psn)
+	w := &q.sq[idx%uint32(len(q.sq))]
+	if idx != q.comp.rnrWQE || w.firstPSN != q.comp.rnrFirstPSN {
+		q.comp.rnrWQE, q.comp.rnrFirstPSN, q.comp.rnrWaited = idx, w.firstPSN, 0
+	}
+	wait := rnrTimeout(timerCode)
+	if q.comp.rnrLeft == 0 || q.comp.rnrWaited+wait > maxRNRWait {
 		q.count(cRNRRetryExceeded, 1)
 		q.fail(q.wqeAt(psn), verbs.WCRNRRetryExcErr)
 		return
@@ -307,9 +375,10 @@ func (q *QP) onRNR(psn uint32, timerCode uint8) {
 	if q.comp.rnrLeft != 7 {
 		q.comp.rnrLeft--
 	}
+	q.comp.rnrWaited += wait
 	q.req.rnrWait = true
 	q.comp.rnrPSN = psn
 	q.comp.ackDeadline = 0
-	q.comp.rnrDeadline = nanotime() + rnrTimeout(timerCode)
+	q.comp.rnrDeadline = nanotime() + wait
 	q.armTimer()
 }

@@ -23,15 +23,27 @@ type fuzzTarget struct {
 	local    verbs.MR // local access only
 	peer     netip.AddrPort
 	pristine []byte
+	// selective turns selective repeat on at each reset; net is the
+	// pipe network the QP's device sends on.
+	selective bool
+	net       *pipe.Network
 }
 
 const fuzzGuard = 4096
 
-func newFuzzTarget(t testing.TB) *fuzzTarget {
+func newFuzzTarget(t testing.TB) *fuzzTarget { return newTarget(t, nil) }
+
+// newTarget makes a fuzz target whose device's link is wrap(pipe
+// endpoint), or the endpoint itself if wrap is nil.
+func newTarget(t testing.TB, wrap func(link.Link) link.Link) *fuzzTarget {
 	net := pipe.NewNetwork(pipe.Faults{})
 	t.Cleanup(func() { net.Close() })
+	var l link.Link
 	l, err := net.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
 	must(t, err)
+	if wrap != nil {
+		l = wrap(l)
+	}
 	o := pairOpts{mtu: verbs.MTU256, bufSize: 4096}
 	o.defaults()
 	n := newNode(t, l, o)
@@ -41,7 +53,7 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 	for i := range mem {
 		mem[i] = byte(i*7 + 1)
 	}
-	ft := &fuzzTarget{n: n, mem: mem, peer: netip.MustParseAddrPort("192.0.2.1:4791"), pristine: append([]byte(nil), mem...)}
+	ft := &fuzzTarget{n: n, mem: mem, peer: netip.MustParseAddrPort("192.0.2.1:4791"), pristine: append([]byte(nil), mem...), net: net}
 	ft.remote, err = n.pd.RegMR(mem[fuzzGuard:2*fuzzGuard], o.access)
 	must(t, err)
 	ft.local, err = n.pd.RegMR(mem[3*fuzzGuard:], verbs.AccessLocalWrite)
@@ -53,6 +65,7 @@ func newFuzzTarget(t testing.TB) *fuzzTarget {
 func (ft *fuzzTarget) reset(t testing.TB) {
 	q := ft.n.qp
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState))
+	must(t, q.SetSelectiveRepeat(ft.selective))
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSRTR, AH: verbs.AH{DGID: verbs.GIDFromAddr(ft.peer.Addr())},
@@ -135,18 +148,22 @@ func vectorPackets(t testing.TB) [][]byte {
 }
 
 // FuzzResponder feeds arbitrary packets from the connected peer (and from
-// a stranger) to a QP. Nothing may panic, and no byte outside the MR
-// registered for remote access may change.
+// a stranger) to a QP, with go-back-N or selective repeat. Nothing may
+// panic, and no byte outside the MR registered for remote access may
+// change.
 func FuzzResponder(f *testing.F) {
 	ft := newFuzzTarget(f)
-	for _, p := range ft.seedPackets() {
-		f.Add(p, false)
-	}
-	for _, p := range vectorPackets(f) {
-		f.Add(p, false)
+	for _, selective := range []bool{false, true} {
+		for _, p := range ft.seedPackets() {
+			f.Add(p, false, selective)
+		}
+		for _, p := range vectorPackets(f) {
+			f.Add(p, false, selective)
+		}
 	}
 	stranger := netip.MustParseAddrPort("192.0.2.77:4791")
-	f.Fuzz(func(t *testing.T, pkt []byte, fromStranger bool) {
+	f.Fuzz(func(t *testing.T, pkt []byte, fromStranger, selective bool) {
+		ft.selective = selective
 		ft.reset(t)
 		src := ft.peer
 		if fromStranger {

@@ -31,3 +31,25 @@ func TestOperations(t *testing.T) {
 
 // wcTimeout bounds each wait for a completion in the tests.
 const wcTimeout = 20 * time.Second
+
+// TestForeignRKey: an rkey of a region in another PD of the same device
+// (another connection's ring) fails the requester with a remote access
+// error (internal/verbstest).
+func TestForeignRKey(t *testing.T) {
+	for _, selective := range []bool{false, true} {
+		t.Run(fmt.Sprintf("selective=%v", selective), func(t *testing.T) {
+			verbstest.ForeignRKey(t, func(t *testing.T) (*verbstest.Node, *verbstest.Node, verbs.MR) {
+				a, b := newPair(t, pipeLinks, pipe.Faults{}, pairOpts{selective: selective})
+				pd, err := b.dev.AllocPD()
+				must(t, err)
+				buf, err := verbs.AllocBuffer(4096)
+				must(t, err)
+				t.Cleanup(func() { verbs.FreeBuffer(buf) })
+				all := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+				other, err := pd.RegMR(buf, all)
+				must(t, err)
+				return a.vt(), b.vt(), other
+			}, wcTimeout)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
@@ -30,9 +31,23 @@ func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	switch {
 	case r.placed.has(psn):
 		q.count(cDuplicates, 1)
-	case pkt.BTH.Opcode() == wire.RCWriteOnly && q.placeWrite(pkt):
-		r.placed.set(psn)
-		q.count(cOutOfOrder, 1)
+	case pkt.BTH.Opcode() == wire.RCWriteOnly:
+		switch q.placeWrite(pkt) {
+		case placed:
+			r.placed.set(psn)
+			r.noteSeen(pkt)
+			q.count(cOutOfOrder, 1)
+		case placeDenied:
+			// An rkey this QP may not use, or an address outside its
+			// region: the sender fails, as it would in its turn, and
+			// learns nothing from a bitmap. The NAK names the expected
+			// PSN, so that nothing unreceived counts as acknowledged.
+			q.count(cAccessErrors, 1)
+			q.respondError(rx, r.epsn, wire.NAKRemoteAccess, verbs.WCRemAccessErr, false)
+			return
+		default:
+			q.count(cOutOfSequence, 1) // left for its turn
+		}
 	default:
 		q.count(cOutOfSequence, 1) // left for its turn
 	}
@@ -40,30 +55,52 @@ func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
 }
 
-// placeWrite executes a WRITE ONLY that arrived past a gap, if it is
-// valid. An invalid one is left for its turn, where it is answered with
-// the NAK it deserves.
-func (q *QP) placeWrite(pkt *wire.Packet) bool {
+// placement is what became of a WRITE ONLY past a gap.
+type placement int
+
+const (
+	placeLater  placement = iota // left for its turn
+	placed                       // in memory, its PSN recorded
+	placeDenied                  // a remote access error
+)
+
+// placeWrite executes a WRITE ONLY that arrived past a gap, if it proves
+// itself: a payload, an rkey this QP may use and an address inside its
+// region. A zero-length WRITE carries no key that is checked (IBA C9-88),
+// so nothing shows that the requester sent it: placed early, it would
+// take the PSN of the packet the requester did send there, which would
+// then be dropped as a duplicate. It is left for its turn, as is any
+// WRITE ONLY that is malformed (answered there with the NAK it deserves).
+func (q *QP) placeWrite(pkt *wire.Packet) placement {
 	va, rkey, n := pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
-	if uint64(len(pkt.Payload)) != n || n > uint64(q.mtu) {
-		return false
+	if n == 0 || uint64(len(pkt.Payload)) != n || n > uint64(q.mtu) {
+		return placeLater
 	}
-	if n == 0 {
-		return true // a zero-length WRITE checks nothing (IBA C9-88)
+	if !q.dev.remoteWrite(q.pd, q.attr.AccessFlags, rkey, va, pkt.Payload) {
+		return placeDenied
 	}
-	return q.dev.remoteWrite(q.pd, q.attr.AccessFlags, rkey, va, pkt.Payload)
+	return placed
 }
 
 // takePlaced moves the expected PSN past packets placed ahead of it, now
 // that the gap before them is filled, and owes the requester an answer.
-func (q *QP) takePlaced(rx *receiver) {
+// Each placed packet was a whole WRITE ONLY message, so the packet before
+// it must have ended a message: if a SEND or WRITE is still in progress,
+// the placed packet was not the one the requester sent at its PSN, and the
+// QP fails (reported false) rather than drop the real one as a duplicate.
+func (q *QP) takePlaced(rx *receiver) bool {
 	r := &q.resp
+	if r.placed.has(r.epsn) && (r.inSend || r.inWrite) {
+		q.respondError(rx, r.epsn, wire.NAKInvalidRequest, verbs.WCRemInvReqErr, r.inSend)
+		return false
+	}
 	for r.placed.take(r.epsn) {
 		r.epsn = psnAdd(r.epsn, 1)
 		r.msn = psnAdd(r.msn, 1) // each was a whole WRITE ONLY message
 	}
 	r.ackUrgent = true
 	q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
+	return true
 }
 
 // buildSelectiveNAK fills p with a selective NAK: the expected PSN, the

@@ -667,6 +667,7 @@ func (q *QP) flush(failed uint32, status verbs.WCStatus) {
 		q.recvCQ.push(&verbs.WC{WRID: w.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn})
 	}
 	q.resp.inSend, q.resp.inWrite = false, false
+	q.resp.reading.active = false
 }
 
 // Close destroys the QP. It is idempotent.

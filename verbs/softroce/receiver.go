@@ -23,8 +23,12 @@ type receiver struct {
 	busy sync.Mutex
 }
 
+// maxResponses bounds the response packets that handling one received
+// packet may build: a READ burst and a NAK.
+const maxResponses = readBurst + 2
+
 func newReceiver(d *Device, batch int) *receiver {
-	rx := &receiver{d: d, in: make([]link.Packet, batch), out: make([]link.Packet, batch), owed: make([]*QP, 0, 64)}
+	rx := &receiver{d: d, in: make([]link.Packet, batch), out: make([]link.Packet, batch+maxResponses), owed: make([]*QP, 0, 64)}
 	for _, ps := range [][]link.Packet{rx.in, rx.out} {
 		mem := make([]byte, len(ps)*maxPacketLen)
 		for i := range ps {
@@ -80,6 +84,7 @@ func (rx *receiver) process(pkts []link.Packet) {
 		rx.handle(&pkts[i])
 	}
 	for i, q := range rx.owed {
+		rx.reserve(1)
 		q.mu.Lock()
 		q.sendOwedAck(rx)
 		q.mu.Unlock()
@@ -115,6 +120,7 @@ func (rx *receiver) handle(p *link.Packet) {
 		d.stats.add(cUnknownQP, 1)
 		return
 	}
+	rx.reserve(maxResponses)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -133,10 +139,20 @@ func (rx *receiver) handle(p *link.Packet) {
 	}
 }
 
-// packet returns the next response buffer, sending the full batch first.
+// reserve makes room for n more responses, sending those built so far if
+// need be. It is called before a QP's lock is taken: no lock is held
+// across the system call that sends.
+func (rx *receiver) reserve(n int) {
+	if rx.outN+n > len(rx.out) {
+		rx.flush()
+	}
+}
+
+// packet returns the next response buffer. The caller reserved it.
 func (rx *receiver) packet() *link.Packet {
 	if rx.outN == len(rx.out) {
-		rx.flush()
+		// Not reserved: a bug, but no reason to lose the response.
+		rx.out = append(rx.out, link.Packet{Buf: make([]byte, maxPacketLen)})
 	}
 	p := &rx.out[rx.outN]
 	rx.outN++

@@ -41,18 +41,50 @@ type responderState struct {
 	wLeft   uint64 // bytes it still has to bring
 	wTotal  uint64 // its DMA length
 
-	// res remembers the last max_dest_rd_atomic atomic requests, to
-	// answer their duplicates.
+	// res remembers the last max_dest_rd_atomic READ and atomic
+	// requests, to answer their duplicates.
 	res     []rdAtomicRes
 	resNext int
+
+	// seen records, by PSN, what each SEND and WRITE packet accepted
+	// lately looked like, so that a duplicate can be told from a packet
+	// that is not a copy of what took its PSN: see checkDuplicate.
+	seen [seenPSNs]uint64
+
+	// reading is the READ being answered, and readDue when the timer
+	// sends its next burst (monotonic ns), 0 if none.
+	reading readProgress
+	readDue int64
+}
+
+// seenPSNs is how many recent request PSNs the responder remembers the
+// shape of (a power of two).
+const seenPSNs = 128
+
+// shapeOf is what a retransmission of a SEND or WRITE packet repeats
+// exactly: its PSN, opcode and payload length (IBA 9.4: a retried request
+// is the same packet). Zero means nothing recorded.
+func shapeOf(pkt *wire.Packet) uint64 {
+	return 1<<63 | uint64(pkt.BTH.PSN())<<32 | uint64(pkt.BTH.Opcode())<<16 | uint64(len(pkt.Payload)&0xffff)
+}
+
+// noteSeen records the shape of an accepted SEND or WRITE packet.
+func (r *responderState) noteSeen(pkt *wire.Packet) {
+	r.seen[pkt.BTH.PSN()%seenPSNs] = shapeOf(pkt)
 }
 
 // rdAtomicRes is an atomic request the responder executed, kept to answer
 // a repeated request without executing it twice.
 type rdAtomicRes struct {
 	valid bool
+	read  bool
 	psn   uint32
-	orig  uint64 // the value returned
+	orig  uint64 // the value returned (atomics)
+	// A READ: its last PSN, and the region it read.
+	last uint32
+	va   uint64
+	rkey uint32
+	n    uint64
 }
 
 func (r *responderState) reset(epsn uint32, resources int) {
@@ -80,6 +112,12 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	}
 	r := &q.resp
 	psn := pkt.BTH.PSN()
+	if r.reading.active {
+		// A READ is being answered: responses go out in PSN order, so
+		// every other request waits (the requester sends it again).
+		q.count(cOutOfSequence, 1)
+		return
+	}
 	switch d := psnDiff(psn, r.epsn); {
 	case d > 0 && q.selective:
 		q.placeAhead(pkt, rx, d)
@@ -123,13 +161,18 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	if !ok {
 		return
 	}
+	if fl.Has(wire.FlagSend) || fl.Has(wire.FlagWrite) {
+		r.noteSeen(pkt)
+	}
 	if !r.placed.empty() {
 		// A READ consumes several PSNs at once; a peer that placed
 		// requests inside them broke the rules, and they are forgotten.
 		for i := uint32(1); psnDiff(r.epsn, psnAdd(before, i)) > 0 && i < sackWindow; i++ {
 			r.placed.take(psnAdd(before, i))
 		}
-		q.takePlaced(rx)
+		if !q.takePlaced(rx) {
+			return
+		}
 	}
 	r.nakSent = false
 	if fl.Has(wire.FlagRead) || fl.Has(wire.FlagAtomic) {
@@ -265,7 +308,10 @@ func (q *QP) recvWrite(pkt *wire.Packet, rx *receiver) bool {
 	return true
 }
 
-// recvRead executes an RDMA READ request and sends its responses.
+// recvRead executes an RDMA READ request: it remembers it among the
+// max_dest_rd_atomic resources, for duplicates, and answers it: up to
+// readBurst packets now, the rest from the QP's timer (see continueRead),
+// so that one READ of up to 2 GiB does not hold the receive loop.
 func (q *QP) recvRead(pkt *wire.Packet, rx *receiver) bool {
 	r := &q.resp
 	psn := pkt.BTH.PSN()
@@ -282,46 +328,107 @@ func (q *QP) recvRead(pkt *wire.Packet, rx *receiver) bool {
 	npkts := max(uint32((n+uint64(q.mtu)-1)/uint64(q.mtu)), 1)
 	r.epsn = psnAdd(psn, npkts)
 	r.msn = psnAdd(r.msn, 1)
-	q.sendReadResponses(rx, psn, va, rkey, n)
+	x := rdAtomicRes{read: true, psn: psn, last: psnAdd(psn, npkts-1), va: va, rkey: rkey, n: n}
+	r.remember(x)
+	q.startRead(rx, &x, 0)
 	return true
 }
 
-// sendReadResponses sends the response packets of a READ of n bytes at va.
-func (q *QP) sendReadResponses(rx *receiver, psn uint32, va uint64, rkey uint32, n uint64) {
+// readBurst bounds the READ response packets built for one received
+// packet, or one run of the QP's timer.
+const readBurst = 32
+
+// readProgress is a READ being answered: the response packets from next
+// on are still to be sent.
+type readProgress struct {
+	active bool
+	res    rdAtomicRes
+	next   uint32
+	npkts  uint32
+}
+
+// startRead answers READ x from its response packet first on: up to
+// readBurst packets into rx's batch, the rest from the timer. While a READ
+// is answered, later requests wait (dropped: the requester sends them
+// again), since responses go out in PSN order.
+func (q *QP) startRead(rx *receiver, x *rdAtomicRes, first uint32) {
+	r := &q.resp
+	npkts := uint32(psnDiff(x.last, x.psn)) + 1
+	r.reading = readProgress{active: true, res: *x, next: first, npkts: npkts}
+	q.sendReadBurst(rx.packet, rx.unget, rx)
+	if r.reading.active {
+		r.readDue = nanotime()
+		q.armTimer()
+	}
+}
+
+// continueRead sends the next burst of the READ being answered, from the
+// QP's timer. The caller holds q.mu.
+func (q *QP) continueRead() {
+	if !q.resp.reading.active {
+		return
+	}
+	q.sendReadBurst(q.txPacket, func() { q.txN-- }, nil)
+	if q.resp.reading.active {
+		q.resp.readDue = nanotime()
+		q.armTimer()
+	}
+	q.transmit()
+}
+
+// sendReadBurst builds up to readBurst response packets of the READ being
+// answered with get (and gives one back with unget). An access that fails
+// (the MR went away) ends the READ with a NAK; rx is nil off the receive
+// loop.
+func (q *QP) sendReadBurst(get func() *link.Packet, unget func(), rx *receiver) {
+	rd := &q.resp.reading
+	x := &rd.res
 	mtu := uint64(q.mtu)
-	npkts := max((n+mtu-1)/mtu, 1)
-	for i := uint64(0); i < npkts; i++ {
+	for k := 0; k < readBurst && rd.next < rd.npkts; k++ {
+		i := uint64(rd.next)
 		off := i * mtu
-		size := min(n-off, mtu)
+		size := min(x.n-off, mtu)
 		var op wire.Opcode
 		switch {
-		case npkts == 1:
+		case rd.npkts == 1:
 			op = wire.RCReadResponseOnly
 		case i == 0:
 			op = wire.RCReadResponseFirst
-		case i == npkts-1:
+		case i == uint64(rd.npkts-1):
 			op = wire.RCReadResponseLast
 		default:
 			op = wire.RCReadResponseMiddle
 		}
-		p := rx.packet()
+		psn := psnAdd(x.psn, rd.next)
+		p := get()
 		hlen := op.HeaderLen()
 		pad := wire.PadFor(int(size))
 		b := p.Buf[:hlen+int(size)+pad]
-		q.encodeResponseBTH(b, op, psnAdd(psn, uint32(i)), uint8(pad))
+		q.encodeResponseBTH(b, op, psn, uint8(pad))
 		if op.Flags().Has(wire.FlagAETH) {
 			wire.AETH(b[wire.BTHLen:]).Encode(wire.ACKSyndrome(31), q.resp.msn)
 		}
-		if size > 0 && !q.dev.remoteRead(q.pd, q.attr.AccessFlags, rkey, va+off, b[hlen:hlen+int(size)]) {
+		if size > 0 && !q.dev.remoteRead(q.pd, q.attr.AccessFlags, x.rkey, x.va+off, b[hlen:hlen+int(size)]) {
 			// The MR went away under the READ.
-			rx.unget()
+			unget()
+			rd.active = false
 			q.count(cAccessErrors, 1)
-			q.respondError(rx, psnAdd(psn, uint32(i)), wire.NAKRemoteAccess, verbs.WCRemAccessErr, false)
+			if rx != nil {
+				q.respondError(rx, psn, wire.NAKRemoteAccess, verbs.WCRemAccessErr, false)
+			} else {
+				q.noteAETHSent(psn)
+				q.buildAETH(q.txPacket(), psn, wire.NAKSyndrome(wire.NAKRemoteAccess))
+				q.fail(q.sqHead, verbs.WCWRFlushErr)
+			}
 			return
 		}
 		clear(b[hlen+int(size):])
 		p.N = len(b)
 		p.Addr = q.peer
+		rd.next++
+	}
+	if rd.next == rd.npkts {
+		rd.active = false
 	}
 }
 
@@ -341,7 +448,7 @@ func (q *QP) recvAtomic(pkt *wire.Packet, rx *receiver) bool {
 		q.respondError(rx, psn, wire.NAKRemoteAccess, verbs.WCRemAccessErr, false)
 		return false
 	}
-	r.remember(rdAtomicRes{psn: psn, orig: orig})
+	r.remember(rdAtomicRes{psn: psn, last: psn, orig: orig})
 	r.epsn = psnAdd(psn, 1)
 	r.msn = psnAdd(r.msn, 1)
 	q.sendAtomicAck(rx, psn, orig)
@@ -359,36 +466,57 @@ func (q *QP) sendAtomicAck(rx *receiver, psn uint32, orig uint64) {
 }
 
 // duplicate answers a request whose PSN is older than expected: SENDs and
-// WRITEs are acknowledged again, READs are executed again from the
-// duplicate's own RETH, and atomics are answered from the saved result.
+// WRITEs are acknowledged again, READs are answered again from the
+// resource the original left (never from the duplicate's own RETH), and
+// atomics from the saved result.
 func (q *QP) duplicate(pkt *wire.Packet, rx *receiver) {
 	r := &q.resp
 	psn := pkt.BTH.PSN()
 	fl := pkt.BTH.Opcode().Flags()
 	if !fl.Has(wire.FlagRead) && !fl.Has(wire.FlagAtomic) {
+		if !q.checkDuplicate(pkt, rx) {
+			return
+		}
 		r.ackUrgent = true // the requester is retrying: stop it quickly
 		q.owe(rx, psnAdd(r.epsn, wire.PSNMask))
 		return
 	}
-	if fl.Has(wire.FlagRead) {
-		// READ is idempotent: answer a repeated one from its own RETH,
-		// checked like a new one, if it ends before the expected PSN.
-		va, rkey, n := pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
-		npkts := max((n+uint64(q.mtu)-1)/uint64(q.mtu), 1)
-		if n > 1<<31 || uint64(psnDiff(r.epsn, psn)) < npkts {
-			return
-		}
-		if q.dev.remoteCheck(q.pd, q.attr.AccessFlags, rkey, va, n, verbs.AccessRemoteRead) {
-			q.sendReadResponses(rx, psn, va, rkey, n)
-		}
-		return
-	}
 	for i := range r.res {
-		if x := &r.res[i]; x.valid && x.psn == psn {
+		x := &r.res[i]
+		if !x.valid || x.read != fl.Has(wire.FlagRead) {
+			continue
+		}
+		if !x.read && x.psn == psn {
 			q.sendAtomicAck(rx, psn, x.orig)
 			return
 		}
+		if x.read && psnDiff(psn, x.psn) >= 0 && psnDiff(psn, x.last) <= 0 {
+			// A repeated READ asks again from one of the original's
+			// PSNs: answer that part of the original, at most
+			// readReplay packets for this request packet.
+			q.startRead(rx, x, uint32(psnDiff(psn, x.psn)))
+			return
+		}
 	}
+	// A READ or atomic the responder no longer (or never) answered: it
+	// is not executed again from the duplicate's own headers.
+}
+
+// checkDuplicate reports whether a SEND or WRITE packet behind the
+// expected PSN is a copy of the packet that took its PSN. One that is
+// not (another opcode or length) means that a packet the requester never
+// sent took the PSN (a spoofed one, or a zero-length WRITE, which carries
+// no key, at the expected PSN): the stream cannot be trusted any more, and
+// the QP fails rather than acknowledge data it dropped.
+func (q *QP) checkDuplicate(pkt *wire.Packet, rx *receiver) bool {
+	r := &q.resp
+	psn := pkt.BTH.PSN()
+	was := r.seen[psn%seenPSNs]
+	if was == 0 || uint32(was>>32)&wire.PSNMask != psn || was == shapeOf(pkt) {
+		return true // a copy, or too old to tell
+	}
+	q.respondError(rx, r.epsn, wire.NAKInvalidRequest, verbs.WCRemInvReqErr, false)
+	return false
 }
 
 // owe schedules a coalesced ACK of psn, sent when the receiver finishes

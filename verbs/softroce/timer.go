@@ -100,7 +100,7 @@ func (q *QP) armAckTimerNow() {
 // armTimer makes sure the timer fires no later than the nearest deadline.
 func (q *QP) armTimer() {
 	next := q.comp.ackDeadline
-	for _, d := range [...]int64{q.comp.rnrDeadline, q.resp.ackDue} {
+	for _, d := range [...]int64{q.comp.rnrDeadline, q.resp.ackDue, q.resp.readDue} {
 		if d != 0 && (next == 0 || d < next) {
 			next = d
 		}
@@ -121,6 +121,7 @@ func (q *QP) stopTimer() {
 	q.comp.ackDeadline = 0
 	q.comp.rnrDeadline = 0
 	q.resp.ackDue = 0
+	q.resp.readDue = 0
 }
 
 // onTimer runs when the QP's timer fires: it ends an RNR wait, or handles
@@ -137,6 +138,11 @@ func (q *QP) onTimer() {
 	if d := q.resp.ackDue; d != 0 && now >= d {
 		q.flushOwedAck()
 		q.resp.ackDue = 0
+	}
+	if d := q.resp.readDue; d != 0 && now >= d {
+		q.resp.readDue = 0
+		// Last: it transmits, releasing q.mu.
+		defer q.continueRead()
 	}
 	if q.attr.State != verbs.QPSRTS {
 		q.armTimer()

@@ -141,6 +141,7 @@ func (w *sendWindow) onTimeout(high uint32) {
 // ACK timeout can grow to cover a receiver that is slow but alive.
 type rttEstimator struct {
 	srtt, rttvar int64  // ns; srtt 0 means no sample yet
+	min          int64  // the smallest sample (ns), 0 before the first
 	timing       bool   // a sample is in progress
 	psn          uint32 // the packet being timed
 	start        int64  // when it was sent
@@ -173,6 +174,9 @@ func (r *rttEstimator) arrived(psn uint32, now int64) {
 func (r *rttEstimator) sample(now int64) {
 	r.timing = false
 	m := now - r.start
+	if r.min == 0 || m < r.min {
+		r.min = max(m, 1)
+	}
 	if r.srtt == 0 {
 		r.srtt, r.rttvar = m, m/2
 		return
