@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,14 +15,22 @@ type Load struct {
 	// Callers call at once, each in a loop, one call at a time.
 	Callers int
 	// Warmup runs before the measurement, uncounted: connections open,
-	// pools fill, the runtime settles.
+	// pools fill, the runtime settles. It lasts at least until every
+	// caller has had its first reply.
 	Warmup time.Duration
 	// Duration is the measurement's length.
 	Duration time.Duration
+	// Stuck bounds the wait for a call: for a caller's first reply
+	// after Warmup, and for the calls still running when the window
+	// ends; a call that takes longer fails. Default DefaultStuck.
+	Stuck time.Duration
 	// Mark, if set, is called as the measurement starts and as it ends
 	// (start true, then false), to read CPU clocks at the same moments.
 	Mark func(start bool)
 }
+
+// DefaultStuck is Load.Stuck's default.
+const DefaultStuck = 10 * time.Second
 
 // Result is one measurement.
 type Result struct {
@@ -46,53 +55,104 @@ func (r Result) ReqPerSec() float64 {
 	return float64(r.Requests) / r.Seconds
 }
 
-// RunLoad drives c with l.Callers goroutines for l.Warmup, then measures
-// for l.Duration. It fails when a call fails, or when no call completed
-// in the window.
+// RunLoad drives c with l.Callers goroutines for l.Warmup (and until
+// each has had a reply), then measures for l.Duration. It fails when a
+// call fails, or when no call completed in the window.
 func RunLoad(ctx context.Context, c Client, l Load) (Result, error) {
-	if l.Callers < 1 || l.Duration <= 0 || l.Warmup < 0 {
+	if l.Callers < 1 || l.Duration <= 0 || l.Warmup < 0 || l.Stuck < 0 {
 		return Result{}, fmt.Errorf("services: load of %d callers for %v after %v", l.Callers, l.Duration, l.Warmup)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	if l.Stuck == 0 {
+		l.Stuck = DefaultStuck
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The window, in nanoseconds since start; zero until it is known.
 	start := time.Now()
-	measure, end := start.Add(l.Warmup), start.Add(l.Warmup+l.Duration)
+	var measure, end atomic.Int64
+	var firsts sync.WaitGroup
+	firsts.Add(l.Callers)
 	lat := make([][]time.Duration, l.Callers)
 	errs := make([]error, l.Callers)
-	var wg sync.WaitGroup
+	var callers sync.WaitGroup
 	for i := range l.Callers {
-		wg.Go(func() {
+		callers.Go(func() {
 			var own []time.Duration
+			first := true
+			defer func() {
+				if first {
+					firsts.Done()
+				}
+				lat[i] = own
+			}()
 			for seq := uint64(0); ; seq++ {
 				t0 := time.Now()
-				if !t0.Before(end) || ctx.Err() != nil {
-					break
+				since := int64(t0.Sub(start))
+				if e := end.Load(); (e != 0 && since >= e) || ctx.Err() != nil {
+					return
 				}
-				if err := c.Call(ctx, i, seq); err != nil {
-					if ctx.Err() == nil {
-						errs[i] = fmt.Errorf("caller %d, call %d: %w", i, seq, err)
+				err := c.Call(ctx, i, seq)
+				if err != nil {
+					if cause := context.Cause(ctx); cause != nil {
+						err = fmt.Errorf("%w (%w)", cause, err)
 					}
-					break
+					errs[i] = fmt.Errorf("caller %d, call %d: %w", i, seq, err)
+					return
 				}
-				if !t0.Before(measure) {
+				if first {
+					first = false
+					firsts.Done()
+				}
+				if m := measure.Load(); m != 0 && since >= m {
 					own = append(own, time.Since(t0))
 				}
 			}
-			lat[i] = own
 		})
 	}
-	if l.Mark != nil {
-		// The marks run here, at the window's edges, unless every caller
-		// stopped first.
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		if waitUntil(measure, done, ctx) {
-			l.Mark(true)
-			waitUntil(end, done, ctx)
-			l.Mark(false)
+	done := make(chan struct{})
+	go func() { callers.Wait(); close(done) }()
+	firstsDone := make(chan struct{})
+	go func() { firsts.Wait(); close(firstsDone) }()
+	// The window opens after the warm-up, once every caller has had a
+	// reply (or has stopped).
+	var fail error
+	if waitUntil(start.Add(l.Warmup), done, ctx) {
+		select {
+		case <-firstsDone:
+		case <-time.After(l.Stuck):
+			fail = fmt.Errorf("services: a caller had no reply %v after the warm-up", l.Stuck)
+		case <-ctx.Done():
 		}
 	}
-	wg.Wait()
+	opened := false
+	if fail == nil && ctx.Err() == nil {
+		select {
+		case <-done:
+		default:
+			if l.Mark != nil {
+				l.Mark(true)
+			}
+			m := time.Since(start)
+			measure.Store(int64(m))
+			end.Store(int64(m + l.Duration))
+			opened = true
+			waitUntil(start.Add(m+l.Duration), done, ctx)
+			if l.Mark != nil {
+				l.Mark(false)
+			}
+		}
+	}
+	if fail == nil {
+		fail = fmt.Errorf("services: a call had no reply %v after the window ended", l.Stuck)
+	}
+	stuck := time.AfterFunc(l.Stuck, func() { cancel(fail) })
+	if !opened {
+		// Stop the callers now: the window never opened.
+		end.Store(1)
+		cancel(fail)
+	}
+	callers.Wait()
+	stuck.Stop()
 	var all []time.Duration
 	var r Result
 	for i := range l.Callers {
@@ -114,13 +174,12 @@ func RunLoad(ctx context.Context, c Client, l Load) (Result, error) {
 		r.Mean = sum / time.Duration(len(all))
 		r.P50, r.P99, r.P999 = percentile(all, 0.50), percentile(all, 0.99), percentile(all, 0.999)
 	}
-	if r.Err != nil {
+	switch {
+	case r.Err != nil:
 		return r, r.Err
-	}
-	if ctx.Err() != nil {
-		return r, ctx.Err()
-	}
-	if r.Requests == 0 {
+	case !opened && ctx.Err() != nil:
+		return r, context.Cause(ctx)
+	case r.Requests == 0:
 		return r, errors.New("services: no call completed in the measurement window")
 	}
 	return r, nil
