@@ -60,7 +60,7 @@ Flags:
 // servicesFlags holds the flags of services.
 type servicesFlags struct {
 	services, transports, callers, host, jsonPath string
-	duration, warmup, timeout                     time.Duration
+	duration, warmup, stuck, timeout              time.Duration
 	size, procs, mtu                              int
 	netns, verbose                                bool
 	// Internal: the server child's mode, and the network namespace of
@@ -77,6 +77,7 @@ func newServicesFlagSet(f *servicesFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.callers, "callers", "1,32", "concurrent callers, comma-separated")
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "measure each point this long")
 	fs.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "run each point this long before measuring")
+	fs.DurationVar(&f.stuck, "stuck", services.DefaultStuck, "fail a point when a call has no reply this long after the warm-up or the window")
 	fs.IntVar(&f.size, "size", 100, "request payload bytes (the reply carries it back)")
 	fs.IntVar(&f.procs, "procs", 0, "GOMAXPROCS of both processes (0: Go's default, one per CPU)")
 	fs.StringVar(&f.host, "host", "127.0.0.1", "IP the server listens on (tcp and rsock)")
@@ -151,6 +152,8 @@ func (f *servicesFlags) parse() (*servicesPlan, error) {
 		return nil, fmt.Errorf("-duration %v must be positive", f.duration)
 	case f.warmup < 0:
 		return nil, fmt.Errorf("-warmup %v is negative", f.warmup)
+	case f.stuck <= 0:
+		return nil, fmt.Errorf("-stuck %v must be positive", f.stuck)
 	case f.size < services.MinSize || f.size > services.MaxSize:
 		return nil, fmt.Errorf("-size %d not in [%d, %d]", f.size, services.MinSize, services.MaxSize)
 	case f.procs < 0:
@@ -244,6 +247,9 @@ func servicesClient(ctx context.Context, f *servicesFlags, p *servicesPlan, stdo
 		return err
 	}
 	defer func() { err = child.finish(err) }()
+	if f.verbose {
+		fmt.Fprintf(stderr, "server child: pid %d\n", child.ready.PID)
+	}
 	if f.procs > 0 && child.ready.Procs != f.procs {
 		return fmt.Errorf("the server child runs with GOMAXPROCS %d, not -procs %d", child.ready.Procs, f.procs)
 	}
@@ -328,10 +334,12 @@ func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc s
 	var c0, c1 time.Duration
 	var s0, s1 svcStats
 	var markErr error
-	load := services.Load{Callers: n, Warmup: f.warmup, Duration: f.duration, Mark: func(start bool) {
+	load := services.Load{Callers: n, Warmup: f.warmup, Duration: f.duration, Stuck: f.stuck, Mark: func(start bool) {
 		c := proccpu.Total()
 		s, err := child.stats(ctx)
-		markErr = errors.Join(markErr, err)
+		if markErr == nil {
+			markErr = err
+		}
 		if start {
 			c0, s0 = c, s
 		} else {
@@ -341,7 +349,10 @@ func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc s
 	res, runErr := services.RunLoad(ctx, client, load)
 	cerr := client.Close()
 	after, err := child.stats(ctx)
-	if err = errors.Join(err, markErr); err != nil {
+	if err == nil {
+		err = markErr
+	}
+	if err != nil {
 		return nil, err
 	}
 	rec.SetResult(res)

@@ -117,8 +117,9 @@ func writeLine(w io.Writer, prefix string, v any) error {
 type svcChild struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
-	lines  chan string // its standard output, a line at a time
-	exited chan error
+	lines  chan string   // its standard output, a line at a time
+	dead   chan struct{} // closed once it exited and was reaped
+	status error         // its exit status, once dead is closed
 	ready  svcReady
 	mu     sync.Mutex // one stats exchange at a time
 }
@@ -151,14 +152,15 @@ func startSvcChild(ctx context.Context, netns string, args []string, env []strin
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
-	c := &svcChild{cmd: cmd, in: in, lines: make(chan string, 1), exited: make(chan error, 1)}
+	c := &svcChild{cmd: cmd, in: in, lines: make(chan string, 1), dead: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			c.lines <- sc.Text()
 		}
 		close(c.lines)
-		c.exited <- cmd.Wait()
+		c.status = cmd.Wait()
+		close(c.dead)
 	}()
 	line, err := c.line(ctx, timeout)
 	if err == nil {
@@ -182,7 +184,7 @@ func (c *svcChild) line(ctx context.Context, timeout time.Duration) (string, err
 	select {
 	case line, ok := <-c.lines:
 		if !ok {
-			return "", errors.New("server child exited")
+			return "", c.exitError()
 		}
 		return line, nil
 	case <-timer.C:
@@ -198,7 +200,12 @@ func (c *svcChild) stats(ctx context.Context) (svcStats, error) {
 	defer c.mu.Unlock()
 	var st svcStats
 	if _, err := io.WriteString(c.in, svcStatsCmd+"\n"); err != nil {
-		return st, fmt.Errorf("server child: %w", err)
+		select {
+		case <-c.dead:
+			return st, c.exitError()
+		case <-time.After(time.Second):
+			return st, fmt.Errorf("server child: %w", err)
+		}
 	}
 	line, err := c.line(ctx, 10*time.Second)
 	if err != nil {
@@ -226,8 +233,9 @@ func (c *svcChild) finish(err error) error {
 				if ok {
 					continue
 				}
-				if werr := <-c.exited; werr != nil {
-					return fmt.Errorf("server child: %w", werr)
+				<-c.dead
+				if c.status != nil {
+					return fmt.Errorf("server child: %w", c.status)
 				}
 				return nil
 			case <-timer.C:
@@ -239,8 +247,19 @@ func (c *svcChild) finish(err error) error {
 	c.cmd.Process.Kill()
 	for range c.lines {
 	}
-	<-c.exited
+	<-c.dead
 	return err
+}
+
+// exitError says that the child exited, and how, once it has been
+// reaped (within a second of the end of its output).
+func (c *svcChild) exitError() error {
+	select {
+	case <-c.dead:
+		return fmt.Errorf("server child exited (%v)", c.status)
+	case <-time.After(time.Second):
+		return errors.New("server child closed its output")
+	}
 }
 
 // diffCounts is after minus before, without the zeros.
