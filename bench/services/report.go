@@ -18,6 +18,8 @@ type Record struct {
 	Transport string `json:"transport"` // the transport's name, as asked for
 	Callers   int    `json:"callers"`
 	Size      int    `json:"size"` // request payload bytes
+	// Round numbers the repetitions of a point, from 0.
+	Round int `json:"round"`
 	// Path says where the two processes ran: loopback, or the namespaces
 	// joined through a router.
 	Path string `json:"path"`
@@ -64,12 +66,12 @@ func (rec *Record) SetResult(r Result) {
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 // SetRatios sets every record's ratios to the tcp record of the same
-// service, callers and size.
+// service, callers, size and round.
 func SetRatios(recs []*Record) {
 	for _, r := range recs {
 		r.ReqRatio, r.P50Ratio, r.P99Ratio = nil, nil, nil
 		for _, base := range recs {
-			if base.Transport != KindTCP || base.Service != r.Service || base.Callers != r.Callers || base.Size != r.Size ||
+			if base.Transport != KindTCP || base.Service != r.Service || base.Callers != r.Callers || base.Size != r.Size || base.Round != r.Round ||
 				base.Error != "" || r.Error != "" {
 				continue
 			}
@@ -113,24 +115,139 @@ func FormatConns(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// WriteTable writes the records as one Markdown table, in their order,
-// then the fallback reasons that any point reported.
-func WriteTable(w io.Writer, recs []*Record) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| service\t callers\t transport\t ran on (client conns; server if different)\t req/s\t p50 µs\t p99 µs\t req/s ×TCP\t p50 ×TCP\t p99 ×TCP\t CPU µs/req client+server\t")
-	fmt.Fprintln(tw, "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t")
+// Row is a point of the table: the rounds of one service, callers, size
+// and transport, summarized by their medians.
+type Row struct {
+	Service, Transport string
+	Callers, Size      int
+	Rounds             int
+	// Ran says what the connections ran on, as FormatConns, client side
+	// and then the server's if it differs; rounds that differ are listed
+	// apart.
+	Ran string
+	// Medians of the rounds.
+	ReqPerSec, P50us, P99us, ClientCPUus, ServerCPUus float64
+	// Ratios of the medians to tcp's row; nil without one.
+	ReqRatio, P50Ratio, P99Ratio *float64
+	// ReqRatioLo and ReqRatioHi are the least and greatest of the rounds'
+	// own req/s ratios (each to tcp's point of the same round).
+	ReqRatioLo, ReqRatioHi *float64
+	// Error is the first failed round's error.
+	Error string
+}
+
+// Rows summarizes records into rows, in the order of their first
+// records. A row with a failed round has its Error and no figures.
+func Rows(recs []*Record) []*Row {
+	type key struct {
+		service, transport string
+		callers, size      int
+	}
+	var order []key
+	groups := map[key][]*Record{}
 	for _, r := range recs {
-		ran := FormatConns(r.ClientConns)
-		if !maps.Equal(r.ClientConns, r.ServerConns) {
-			ran += "; server " + FormatConns(r.ServerConns)
+		k := key{r.Service, r.Transport, r.Callers, r.Size}
+		if groups[k] == nil {
+			order = append(order, k)
 		}
-		if r.Error != "" {
-			fmt.Fprintf(tw, "| %s\t %d\t %s\t %s\t failed: %s\t\t\t\t\t\t\t\n", r.Service, r.Callers, r.Transport, ran, r.Error)
+		groups[k] = append(groups[k], r)
+	}
+	rows := map[key]*Row{}
+	var out []*Row
+	for _, k := range order {
+		g := groups[k]
+		row := &Row{Service: k.service, Transport: k.transport, Callers: k.callers, Size: k.size, Rounds: len(g)}
+		var rans []string
+		for _, r := range g {
+			ran := FormatConns(r.ClientConns)
+			if !maps.Equal(r.ClientConns, r.ServerConns) {
+				ran += "; server " + FormatConns(r.ServerConns)
+			}
+			if !slices.Contains(rans, ran) {
+				rans = append(rans, ran)
+			}
+			if r.Error != "" && row.Error == "" {
+				row.Error = r.Error
+			}
+			if r.ReqRatio != nil {
+				if row.ReqRatioLo == nil || *r.ReqRatio < *row.ReqRatioLo {
+					row.ReqRatioLo = r.ReqRatio
+				}
+				if row.ReqRatioHi == nil || *r.ReqRatio > *row.ReqRatioHi {
+					row.ReqRatioHi = r.ReqRatio
+				}
+			}
+		}
+		row.Ran = strings.Join(rans, " / ")
+		if row.Error == "" {
+			row.ReqPerSec = median(g, func(r *Record) float64 { return r.ReqPerSec })
+			row.P50us = median(g, func(r *Record) float64 { return r.P50us })
+			row.P99us = median(g, func(r *Record) float64 { return r.P99us })
+			row.ClientCPUus = median(g, func(r *Record) float64 { return r.ClientCPUus })
+			row.ServerCPUus = median(g, func(r *Record) float64 { return r.ServerCPUus })
+		}
+		rows[k] = row
+		out = append(out, row)
+	}
+	for k, row := range rows {
+		base := rows[key{k.service, KindTCP, k.callers, k.size}]
+		if base == nil || base.Error != "" || row.Error != "" {
 			continue
 		}
-		fmt.Fprintf(tw, "| %s\t %d\t %s\t %s\t %.0f\t %.1f\t %.1f\t %s\t %s\t %s\t %.1f + %.1f\t\n",
-			r.Service, r.Callers, r.Transport, ran, r.ReqPerSec, r.P50us, r.P99us,
-			fmtRatio(r.ReqRatio), fmtRatio(r.P50Ratio), fmtRatio(r.P99Ratio), r.ClientCPUus, r.ServerCPUus)
+		row.ReqRatio, row.P50Ratio, row.P99Ratio = ratio(row.ReqPerSec, base.ReqPerSec), ratio(row.P50us, base.P50us), ratio(row.P99us, base.P99us)
+	}
+	return out
+}
+
+// median is the median of f over recs (the mean of the middle two of an
+// even count).
+func median(recs []*Record, f func(*Record) float64) float64 {
+	v := make([]float64, len(recs))
+	for i, r := range recs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
+}
+
+// WriteTable writes the records as one Markdown table of Rows, then the
+// fallback reasons that any point reported. With more than one round a
+// column gives the range of the rounds' req/s ratios.
+func WriteTable(w io.Writer, recs []*Record) error {
+	rows := Rows(recs)
+	rounds := 1
+	for _, r := range rows {
+		rounds = max(rounds, r.Rounds)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	head := "| service\t callers\t transport\t ran on (client conns; server if different)\t req/s\t p50 µs\t p99 µs\t req/s ×TCP\t p50 ×TCP\t p99 ×TCP\t CPU µs/req client+server\t"
+	rule := "| ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t ---\t"
+	if rounds > 1 {
+		fmt.Fprintf(w, "medians of %d rounds; req/s ×TCP of each round in the last column\n", rounds)
+		head += " req/s ×TCP, rounds\t"
+		rule += " ---\t"
+	}
+	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, rule)
+	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(tw, "| %s\t %d\t %s\t %s\t failed: %s\t\t\t\t\t\t\t", r.Service, r.Callers, r.Transport, r.Ran, r.Error)
+		} else {
+			fmt.Fprintf(tw, "| %s\t %d\t %s\t %s\t %.0f\t %.1f\t %.1f\t %s\t %s\t %s\t %.1f + %.1f\t",
+				r.Service, r.Callers, r.Transport, r.Ran, r.ReqPerSec, r.P50us, r.P99us,
+				fmtRatio(r.ReqRatio), fmtRatio(r.P50Ratio), fmtRatio(r.P99Ratio), r.ClientCPUus, r.ServerCPUus)
+		}
+		if rounds > 1 {
+			rng := "-"
+			if r.ReqRatioLo != nil {
+				rng = fmt.Sprintf("%.2f–%.2f×", *r.ReqRatioLo, *r.ReqRatioHi)
+			}
+			fmt.Fprintf(tw, " %s\t", rng)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -56,3 +56,34 @@ func TestReport(t *testing.T) {
 		t.Errorf("%d JSON lines for %d records", n, len(recs))
 	}
 }
+
+// TestReportRounds: rows are medians of the rounds, and the last column
+// the range of the rounds' own ratios.
+func TestReportRounds(t *testing.T) {
+	var recs []*Record
+	for round, v := range []struct{ tcp, rsock float64 }{{1000, 2000}, {1200, 3600}, {800, 2000}} {
+		for _, p := range []struct {
+			tr  string
+			rps float64
+		}{{"tcp", v.tcp}, {"rsock", v.rsock}} {
+			recs = append(recs, &Record{Service: "redis", Transport: p.tr, Callers: 32, Size: 100, Round: round, ReqPerSec: p.rps, P50us: 1e6 / p.rps,
+				ClientConns: map[string]int{p.tr: 32}, ServerConns: map[string]int{p.tr: 32}})
+		}
+	}
+	SetRatios(recs)
+	rows := Rows(recs)
+	if len(rows) != 2 || rows[0].Rounds != 3 || rows[0].ReqPerSec != 1000 || rows[1].ReqPerSec != 2000 ||
+		*rows[1].ReqRatio != 2 || *rows[1].ReqRatioLo != 2 || *rows[1].ReqRatioHi != 3 || *rows[1].P50Ratio != 0.5 {
+		t.Fatalf("rows %+v %+v", rows[0], rows[1])
+	}
+	var tab bytes.Buffer
+	if err := WriteTable(&tab, recs); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", tab.String())
+	for _, want := range []string{"medians of 3 rounds", "| 2.00–3.00× ", "| 2.00× ", "| 32× rsock "} {
+		if !strings.Contains(tab.String(), want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}

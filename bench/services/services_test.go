@@ -75,7 +75,7 @@ func TestServices(t *testing.T) {
 					t.Fatal(err)
 				}
 				marks := 0
-				r, err := RunLoad(context.Background(), c, Load{Callers: callers, Warmup: 50 * time.Millisecond, Duration: 200 * time.Millisecond,
+				r, err := RunLoad(context.Background(), c, Load{Callers: callers, Warmup: 50 * time.Millisecond, Duration: 500 * time.Millisecond,
 					Mark: func(bool) { marks++ }})
 				if cerr := c.Close(); cerr != nil {
 					t.Errorf("close: %v", cerr)

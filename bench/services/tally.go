@@ -26,12 +26,18 @@ func RanOn(c net.Conn) (transport, reason string) {
 }
 
 // Tally counts connections by what they ran on, and their fallback
-// reasons. It is safe for concurrent use.
+// reasons; a CountingListener's tally also counts those still open. It is
+// safe for concurrent use.
 type Tally struct {
 	mu      sync.Mutex
 	ranOn   map[string]int
 	reasons map[string]int
+	open    atomic.Int64
 }
+
+// Open is how many of the connections a CountingListener accepted are
+// not closed yet.
+func (t *Tally) Open() int { return int(t.open.Load()) }
 
 // Add counts c.
 func (t *Tally) Add(c net.Conn) {
@@ -67,7 +73,8 @@ func CountingDial(dial DialFunc, t *Tally) DialFunc {
 	}
 }
 
-// CountingListener counts every connection it accepts in Tally. After
+// CountingListener counts every connection it accepts in Tally, and
+// which of them are still open (its conns count their Close). After
 // Close, Accept fails with an error wrapping net.ErrClosed, whatever the
 // listener underneath returns, so that servers that test for it (redcon)
 // stop serving.
@@ -87,7 +94,22 @@ func (l *CountingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.Tally.Add(c)
-	return c, nil
+	l.Tally.open.Add(1)
+	return &countedConn{Conn: c, tally: l.Tally}, nil
+}
+
+// countedConn is an accepted connection that counts its Close.
+type countedConn struct {
+	net.Conn
+	tally *Tally
+	once  sync.Once
+}
+
+// Close closes the connection.
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.tally.open.Add(-1) })
+	return err
 }
 
 // Close closes the listener.

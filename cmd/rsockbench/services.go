@@ -61,7 +61,7 @@ Flags:
 type servicesFlags struct {
 	services, transports, callers, host, jsonPath string
 	duration, warmup, stuck, timeout              time.Duration
-	size, procs, mtu                              int
+	size, procs, mtu, rounds                      int
 	netns, verbose                                bool
 	// Internal: the server child's mode, and the network namespace of
 	// the server (set by -netns for the client it starts).
@@ -79,6 +79,7 @@ func newServicesFlagSet(f *servicesFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.warmup, "warmup", 500*time.Millisecond, "run each point this long before measuring")
 	fs.DurationVar(&f.stuck, "stuck", services.DefaultStuck, "fail a point when a call has no reply this long after the warm-up or the window")
 	fs.IntVar(&f.size, "size", 100, "request payload bytes (the reply carries it back)")
+	fs.IntVar(&f.rounds, "rounds", 1, "measure each point this many times (transports interleaved); the table shows medians")
 	fs.IntVar(&f.procs, "procs", 0, "GOMAXPROCS of both processes (0: Go's default, one per CPU)")
 	fs.StringVar(&f.host, "host", "127.0.0.1", "IP the server listens on (tcp and rsock)")
 	fs.BoolVar(&f.netns, "netns", false, "run client and server in two network namespaces joined through a router namespace")
@@ -156,6 +157,8 @@ func (f *servicesFlags) parse() (*servicesPlan, error) {
 		return nil, fmt.Errorf("-stuck %v must be positive", f.stuck)
 	case f.size < services.MinSize || f.size > services.MaxSize:
 		return nil, fmt.Errorf("-size %d not in [%d, %d]", f.size, services.MinSize, services.MaxSize)
+	case f.rounds < 1 || f.rounds > 100:
+		return nil, fmt.Errorf("-rounds %d not in [1, 100]", f.rounds)
 	case f.procs < 0:
 		return nil, fmt.Errorf("-procs %d is negative", f.procs)
 	case f.mtu < 1280 || f.mtu > 65535:
@@ -261,34 +264,38 @@ func servicesClient(ctx context.Context, f *servicesFlags, p *servicesPlan, stdo
 		path, runtime.GOMAXPROCS(0), child.ready.Procs, runtime.NumCPU(), cpuModel())
 	fmt.Fprintf(stdout, "%d B requests; each point %v of warm-up, then %v measured\n\n", f.size, f.warmup, f.duration)
 
-	recs := map[string]*services.Record{}
-	var order []*services.Record
+	var recs []*services.Record
 	point := 0
 	for _, svc := range p.svcs {
 		for _, n := range p.callers {
-			// Transports run back to back, in the given order and then
-			// reversed at the next point, so drift does not favour one.
-			trs := slices.Clone(p.trs)
-			if point%2 == 1 {
-				slices.Reverse(trs)
-			}
-			point++
-			for _, tr := range trs {
-				if f.verbose {
-					fmt.Fprintf(stderr, "%s, %d callers, %s\n", svc.Name(), n, tr.Name)
+			for round := range f.rounds {
+				// Transports run back to back, in the given order and
+				// then reversed at the next round or point, so that
+				// drift favours none.
+				trs := slices.Clone(p.trs)
+				if point%2 == 1 {
+					slices.Reverse(trs)
 				}
-				rec, err := servicesPoint(ctx, f, child, svc, tr, n)
-				if err != nil {
-					return err
+				point++
+				byName := map[string]*services.Record{}
+				for _, tr := range trs {
+					if f.verbose {
+						fmt.Fprintf(stderr, "%s, %d callers, %s, round %d\n", svc.Name(), n, tr.Name, round)
+					}
+					rec, err := servicesPoint(ctx, f, child, svc, tr, n, stderr)
+					if err != nil {
+						return err
+					}
+					rec.Path, rec.Round = path, round
+					byName[tr.Name] = rec
 				}
-				rec.Path = path
-				recs[fmt.Sprint(svc.Name(), n, tr.Name)] = rec
-			}
-			for _, tr := range p.trs {
-				order = append(order, recs[fmt.Sprint(svc.Name(), n, tr.Name)])
+				for _, tr := range p.trs {
+					recs = append(recs, byName[tr.Name])
+				}
 			}
 		}
 	}
+	order := recs
 	services.SetRatios(order)
 	if err := services.WriteTable(stdout, order); err != nil {
 		return err
@@ -316,7 +323,7 @@ func servicesClient(ctx context.Context, f *servicesFlags, p *servicesPlan, stdo
 // servicesPoint measures one service over one transport with n callers.
 // A failed call makes a record with its error; only a failure of the
 // harness (the server child) is an error.
-func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc services.Service, tr services.Transport, n int) (*services.Record, error) {
+func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc services.Service, tr services.Transport, n int, stderr io.Writer) (*services.Record, error) {
 	key := svcKey(tr.Name, svc.Name())
 	rec := &services.Record{Service: svc.Name(), Transport: tr.Name, Callers: n, Size: f.size,
 		ClientProcs: runtime.GOMAXPROCS(0), ServerProcs: child.ready.Procs}
@@ -354,6 +361,14 @@ func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc s
 	}
 	if err != nil {
 		return nil, err
+	}
+	if err := child.settle(ctx, key, f.stuck); err != nil {
+		// A server connection that outlives its client is worth a
+		// warning, not the run.
+		if child.exitedNow() {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "warning: %v\n", err)
 	}
 	rec.SetResult(res)
 	if runErr = errors.Join(runErr, cerr); runErr != nil {

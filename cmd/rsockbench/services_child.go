@@ -23,12 +23,14 @@ import (
 // The services server child talks to its parent over its standard input
 // and output, which work across network namespaces: it prints
 // svcReadyPrefix and a svcReady as JSON once it listens, then answers
-// every line "stats" with svcStatsPrefix and a svcStats as JSON, and
-// exits when its standard input ends.
+// every line "stats" with svcStatsPrefix and a svcStats as JSON (and
+// "release" the same way, after closing the rsock devices no connection
+// uses), and exits when its standard input ends.
 const (
 	svcReadyPrefix = "rsockbench services server: "
 	svcStatsPrefix = "rsockbench services stats: "
 	svcStatsCmd    = "stats"
+	svcReleaseCmd  = "release"
 )
 
 // svcReady is what the server child announces.
@@ -44,6 +46,7 @@ type svcStats struct {
 	CPU     time.Duration             `json:"cpu_ns"`
 	Conns   map[string]map[string]int `json:"conns"`
 	Reasons map[string]map[string]int `json:"reasons"`
+	Open    map[string]int            `json:"open"` // connections not closed yet
 }
 
 // svcKey names a service's listener on a transport.
@@ -89,12 +92,17 @@ func serveServices(ctx context.Context, trs []services.Transport, svcs []service
 	}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		if sc.Text() != svcStatsCmd {
+		switch sc.Text() {
+		case svcStatsCmd:
+		case svcReleaseCmd:
+			netconn.CloseIdleDevices()
+		default:
 			return fmt.Errorf("unknown request %q from the parent", sc.Text())
 		}
-		st := svcStats{CPU: proccpu.Total(), Conns: map[string]map[string]int{}, Reasons: map[string]map[string]int{}}
+		st := svcStats{CPU: proccpu.Total(), Conns: map[string]map[string]int{}, Reasons: map[string]map[string]int{}, Open: map[string]int{}}
 		for key, t := range tallies {
 			st.Conns[key], st.Reasons[key] = t.Counts()
+			st.Open[key] = t.Open()
 		}
 		if err := writeLine(out, svcStatsPrefix, st); err != nil {
 			return err
@@ -196,10 +204,15 @@ func (c *svcChild) line(ctx context.Context, timeout time.Duration) (string, err
 
 // stats asks the child for its CPU time and connection counts.
 func (c *svcChild) stats(ctx context.Context) (svcStats, error) {
+	return c.ask(ctx, svcStatsCmd)
+}
+
+// ask sends the child a request, and returns the stats it answers with.
+func (c *svcChild) ask(ctx context.Context, req string) (svcStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var st svcStats
-	if _, err := io.WriteString(c.in, svcStatsCmd+"\n"); err != nil {
+	if _, err := io.WriteString(c.in, req+"\n"); err != nil {
 		select {
 		case <-c.dead:
 			return st, c.exitError()
@@ -262,6 +275,31 @@ func (c *svcChild) exitError() error {
 	}
 }
 
+// settle waits until the server has closed the connections of key's
+// listener (the client closed its side) and then has both processes
+// close the rsock devices that no connection uses, so that what one
+// point leaves behind does not run during the next. It gives up waiting
+// after timeout, and says so.
+func (c *svcChild) settle(ctx context.Context, key string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := c.stats(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Open[key] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the server still has %d connections open %v after the client closed them", key, st.Open[key], timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	netconn.CloseIdleDevices()
+	_, err := c.ask(ctx, svcReleaseCmd)
+	return err
+}
+
 // diffCounts is after minus before, without the zeros.
 func diffCounts(after, before map[string]int) map[string]int {
 	d := maps.Clone(after)
@@ -275,4 +313,14 @@ func diffCounts(after, before map[string]int) map[string]int {
 		}
 	}
 	return d
+}
+
+// exitedNow reports whether the child has exited.
+func (c *svcChild) exitedNow() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
 }

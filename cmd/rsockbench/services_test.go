@@ -29,6 +29,7 @@ func TestServicesFlagErrors(t *testing.T) {
 		{"-size", "4"},
 		{"-procs", "-1"},
 		{"-mtu", "100"},
+		{"-rounds", "0"},
 		{"-host", "localhost"},
 		{"extra"},
 	} {
@@ -78,28 +79,30 @@ func TestServicesBinary(t *testing.T) {
 
 // runServicesBin runs services with args and -json, and returns its records
 // (one per service, callers and transport, checked for that) and stdout.
-func runServicesBin(t *testing.T, bin string, svcs, trs, callers []string, args ...string) ([]map[string]any, string) {
+func runServicesBin(t *testing.T, bin string, svcs, trs, callers []string, rounds int, args ...string) ([]map[string]any, string) {
 	t.Helper()
 	js := filepath.Join(t.TempDir(), "services.json")
-	args = append([]string{"services", "-json", js, "-duration", "300ms", "-warmup", "100ms",
-		"-services", strings.Join(svcs, ","), "-transports", strings.Join(trs, ","), "-callers", strings.Join(callers, ",")}, args...)
+	args = append([]string{"services", "-json", js, "-duration", "500ms", "-warmup", "100ms",
+		"-services", strings.Join(svcs, ","), "-transports", strings.Join(trs, ","), "-callers", strings.Join(callers, ","), "-rounds", strconv.Itoa(rounds)}, args...)
 	code, stdout, stderr := runBinTimeout(t, 3*time.Minute, bin, args...)
 	if code != 0 {
 		t.Fatalf("rsockbench %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
 	}
 	t.Logf("rsockbench %s:\n%s", strings.Join(args, " "), stdout)
 	recs := readRecords(t, js)
-	if len(recs) != len(svcs)*len(trs)*len(callers) {
-		t.Fatalf("%d records, want %d", len(recs), len(svcs)*len(trs)*len(callers))
+	if len(recs) != len(svcs)*len(trs)*len(callers)*rounds {
+		t.Fatalf("%d records, want %d", len(recs), len(svcs)*len(trs)*len(callers)*rounds)
 	}
 	i := 0
 	for _, s := range svcs {
 		for _, c := range callers {
-			for _, tr := range trs {
-				r := recs[i]
-				i++
-				if r["service"] != s || r["transport"] != tr || strconv.Itoa(int(num(r["callers"]))) != c {
-					t.Errorf("record %d is %v %v x%v, want %s %s x%s", i, r["service"], r["transport"], r["callers"], s, tr, c)
+			for round := range rounds {
+				for _, tr := range trs {
+					r := recs[i]
+					i++
+					if r["service"] != s || r["transport"] != tr || strconv.Itoa(int(num(r["callers"]))) != c || int(num(r["round"])) != round {
+						t.Errorf("record %d is %v %v x%v round %v, want %s %s x%s round %d", i, r["service"], r["transport"], r["callers"], r["round"], s, tr, c, round)
+					}
 				}
 			}
 		}
@@ -170,7 +173,7 @@ func checkServiceRecord(t *testing.T, r map[string]any) {
 // testServicesLoopback runs every service over every kind of transport,
 // 1 and 3 callers.
 func testServicesLoopback(t *testing.T, bin string) {
-	recs, stdout := runServicesBin(t, bin, []string{"grpc", "redis", "http"}, []string{"tcp", "rsock", "unix", "rsock:udp"}, []string{"1", "3"})
+	recs, stdout := runServicesBin(t, bin, []string{"grpc", "redis", "http"}, []string{"tcp", "rsock", "unix", "rsock:udp"}, []string{"1", "3"}, 1)
 	for _, r := range recs {
 		checkServiceRecord(t, r)
 		if r["path"] != "loopback 127.0.0.1" || num(r["client_gomaxprocs"]) < 1 || num(r["server_gomaxprocs"]) < 1 {
@@ -184,16 +187,17 @@ func testServicesLoopback(t *testing.T, bin string) {
 	}
 }
 
-// testServicesProcs runs with -procs 1: both processes say so.
+// testServicesProcs runs with -procs 1 (both processes say so) and two
+// rounds.
 func testServicesProcs(t *testing.T, bin string) {
-	recs, stdout := runServicesBin(t, bin, []string{"http"}, []string{"tcp", "rsock"}, []string{"2"}, "-procs", "1")
+	recs, stdout := runServicesBin(t, bin, []string{"http"}, []string{"tcp", "rsock"}, []string{"2"}, 2, "-procs", "1")
 	for _, r := range recs {
 		checkServiceRecord(t, r)
 		if num(r["client_gomaxprocs"]) != 1 || num(r["server_gomaxprocs"]) != 1 {
 			t.Errorf("-procs 1: GOMAXPROCS %v in the client, %v in the server", r["client_gomaxprocs"], r["server_gomaxprocs"])
 		}
 	}
-	if !strings.Contains(stdout, "GOMAXPROCS 1 in the client, 1 in the server") {
+	if !strings.Contains(stdout, "GOMAXPROCS 1 in the client, 1 in the server") || !strings.Contains(stdout, "medians of 2 rounds") {
 		t.Errorf("header: %s", stdout)
 	}
 }
@@ -259,7 +263,7 @@ func testServicesNetns(t *testing.T, bin string) {
 		t.Skipf("no ip (iproute2): %v", err)
 	}
 	before := labNamespaces(t)
-	recs, _ := runServicesBin(t, bin, []string{"grpc", "http"}, []string{"tcp", "rsock", "rsock:udp"}, []string{"2"}, "-netns")
+	recs, _ := runServicesBin(t, bin, []string{"grpc", "http"}, []string{"tcp", "rsock", "rsock:udp"}, []string{"2"}, 1, "-netns")
 	for _, r := range recs {
 		if r["transport"] == "rsock" {
 			// Between hosts the default may be TCP (with its reason) or
