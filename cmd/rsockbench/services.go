@@ -362,7 +362,12 @@ func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc s
 	if err != nil {
 		return nil, err
 	}
-	if err := child.settle(ctx, key, f.stuck); err != nil {
+	settleStart := time.Now()
+	err = child.settle(ctx, key, f.stuck)
+	if f.verbose {
+		fmt.Fprintf(stderr, "  %.0f req/s; the server's connections closed and idle devices released in %v\n", res.ReqPerSec(), time.Since(settleStart).Round(time.Millisecond))
+	}
+	if err != nil {
 		// A server connection that outlives its client is worth a
 		// warning, not the run.
 		if child.exitedNow() {
