@@ -262,7 +262,11 @@ func servicesClient(ctx context.Context, f *servicesFlags, p *servicesPlan, stdo
 	}
 	fmt.Fprintf(stdout, "services: %s; GOMAXPROCS %d in the client, %d in the server; %d CPUs (%s)\n",
 		path, runtime.GOMAXPROCS(0), child.ready.Procs, runtime.NumCPU(), cpuModel())
-	fmt.Fprintf(stdout, "%d B requests; each point %v of warm-up, then %v measured\n\n", f.size, f.warmup, f.duration)
+	fmt.Fprintf(stdout, "%d B requests; each point %v of warm-up, then %v measured\n", f.size, f.warmup, f.duration)
+	for _, svc := range p.svcs {
+		fmt.Fprintf(stdout, "  %s: %s\n", svc.Name(), svc.Describe())
+	}
+	fmt.Fprintln(stdout)
 
 	var recs []*services.Record
 	point := 0
