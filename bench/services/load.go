@@ -41,6 +41,9 @@ type Result struct {
 	// P50, P99 and P999 are percentiles of those calls' latencies (the
 	// time from the call until its checked reply), and Mean their mean.
 	P50, P99, P999, Mean time.Duration
+	// FirstReplies is how long it took until every caller had its
+	// first reply: connections opened, handshakes, first calls.
+	FirstReplies time.Duration
 	// Errors counts failed calls (during warm-up too); a caller stops at
 	// its first. Err is the first.
 	Errors int
@@ -112,7 +115,8 @@ func RunLoad(ctx context.Context, c Client, l Load) (Result, error) {
 	done := make(chan struct{})
 	go func() { callers.Wait(); close(done) }()
 	firstsDone := make(chan struct{})
-	go func() { firsts.Wait(); close(firstsDone) }()
+	var firstReplies atomic.Int64
+	go func() { firsts.Wait(); firstReplies.Store(int64(time.Since(start))); close(firstsDone) }()
 	// The window opens after the warm-up, once every caller has had a
 	// reply (or has stopped).
 	var fail error
@@ -155,6 +159,8 @@ func RunLoad(ctx context.Context, c Client, l Load) (Result, error) {
 	stuck.Stop()
 	var all []time.Duration
 	var r Result
+	<-firstsDone
+	r.FirstReplies = time.Duration(firstReplies.Load())
 	for i := range l.Callers {
 		all = append(all, lat[i]...)
 		if errs[i] != nil {

@@ -31,6 +31,9 @@ type Record struct {
 	P99us     float64 `json:"p99_us"`
 	P999us    float64 `json:"p999_us"`
 	MeanUs    float64 `json:"mean_us"`
+	// FirstRepliesMs is the time until every caller had its first reply
+	// (opening connections included), in the warm-up.
+	FirstRepliesMs float64 `json:"first_replies_ms"`
 
 	// ClientConns and ServerConns count the point's connections by what
 	// they ran on (netconn's Transport(), else "tcp" or "unix"), as the
@@ -61,6 +64,7 @@ type Record struct {
 func (rec *Record) SetResult(r Result) {
 	rec.Seconds, rec.Requests, rec.ReqPerSec = r.Seconds, r.Requests, r.ReqPerSec()
 	rec.P50us, rec.P99us, rec.P999us, rec.MeanUs = us(r.P50), us(r.P99), us(r.P999), us(r.Mean)
+	rec.FirstRepliesMs = us(r.FirstReplies) / 1e3
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }

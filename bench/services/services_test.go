@@ -83,11 +83,11 @@ func TestServices(t *testing.T) {
 				if err != nil {
 					t.Fatalf("load: %v (%+v)", err, r)
 				}
-				if r.Requests < callers || r.Errors != 0 || r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.P999 || marks != 2 {
+				if r.Requests < callers || r.Errors != 0 || r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.P999 || marks != 2 || r.FirstReplies <= 0 {
 					t.Errorf("result %+v, %d marks", r, marks)
 				}
 				ranOn, reasons := clientTally.Counts()
-				t.Logf("%d requests, %.0f/s, p50 %v, p99 %v; client conns %v", r.Requests, r.ReqPerSec(), r.P50, r.P99, ranOn)
+				t.Logf("%d requests, %.0f/s, p50 %v, p99 %v; first replies after %v; client conns %v", r.Requests, r.ReqPerSec(), r.P50, r.P99, r.FirstReplies, ranOn)
 				checkRanOn(t, "client", tr, ranOn, reasons, svc.Name() == "grpc", callers)
 				// The server's side of the last connection may still be
 				// on its way through Accept.

@@ -31,13 +31,15 @@ over each transport in the same run, back to back:
          one grpc.ClientConn
   redis  a Redis-protocol server (tidwall/redcon) and go-redis with a pool
          of one connection per caller, SET and GET alternately
-  http   net/http: POST /echo, http.Transport with keep-alives and an
-         idle connection per caller
+  http   net/http: POST /echo, http.Transport with keep-alives and up
+         to one connection per caller
 
 Each caller makes one call at a time, with a -size-byte payload that the
-reply must carry back intact; a point runs -warmup, then is measured for
--duration: requests per second, p50 and p99 latency, and the CPU time per
-request of each process, with ratios to tcp's point in the same run.
+reply must carry back intact; a point runs -warmup (and until every caller
+has had a reply), then is measured for -duration: requests per second, p50
+and p99 latency, and the CPU time per request of each process, with ratios
+to tcp's point in the same run. Between points the server's connections
+close and both processes close their idle rsock devices.
 
 Transports:
   tcp                  plain TCP (package net)
@@ -369,7 +371,8 @@ func servicesPoint(ctx context.Context, f *servicesFlags, child *svcChild, svc s
 	settleStart := time.Now()
 	err = child.settle(ctx, key, f.stuck)
 	if f.verbose {
-		fmt.Fprintf(stderr, "  %.0f req/s; the server's connections closed and idle devices released in %v\n", res.ReqPerSec(), time.Since(settleStart).Round(time.Millisecond))
+		fmt.Fprintf(stderr, "  %.0f req/s; every caller had its first reply after %v; the server's connections closed and idle devices released in %v\n",
+			res.ReqPerSec(), res.FirstReplies.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
 	}
 	if err != nil {
 		// A server connection that outlives its client is worth a
