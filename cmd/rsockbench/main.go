@@ -11,6 +11,9 @@
 //	        the client, stream throughput, ping-pong latency, CPU per GB
 //	server  the server side of local, for runs across hosts
 //	client  the client side of local, against a server
+//	services
+//	        real services (gRPC, Redis, net/http) over rsock and TCP, two
+//	        processes, 1 and 32 callers, on loopback or across a router
 //	stat    a running server's connections and devices (server -debug-addr)
 //	verbs   RDMA verbs tests over soft-RoCE or rdma-core, shaped like perftest's
 //	        ib_write_bw, ib_write_lat, ib_send_bw and ib_read_bw
@@ -53,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runServer(rest, stdout, stderr)
 	case "client":
 		return runClient(rest, stdout, stderr)
+	case "services":
+		return runServices(rest, stdout, stderr)
 	case "stat":
 		return runStat(rest, stdout, stderr)
 	case "verbs":
@@ -76,6 +81,7 @@ Subcommands:
   local    rsock against TCP on loopback: throughput, latency and CPU per GB, side by side
   server   serve local's measurements to clients on other hosts (-verify checks every byte)
   client   run local's measurements against a server (-verify -bytes N moves N checked bytes)
+  services real services (gRPC, a Redis server and client, net/http), two processes: req/s and latency, rsock against TCP
   stat     print a running server's connections and devices, as ss -ti and rdma statistic (server -debug-addr)
   verbs    RDMA verbs tests over soft-RoCE or rdma-core (perftest-style write_bw, write_lat, send_bw, read_bw)
   rc-pingpong  ibv_rc_pingpong-compatible SEND ping-pong over soft-RoCE (client with a host, else server)
