@@ -23,6 +23,8 @@ type node struct {
 	qp  verbs.QP
 	buf []byte
 	mr  verbs.MR
+	// close releases the node; tests that release it early replace it.
+	close func(testing.TB)
 }
 
 func must(t testing.TB, err error) {
@@ -51,11 +53,12 @@ func newNode(t testing.TB, d *Device, size int, access verbs.Access) *node {
 	must(t, err)
 	n.mr, err = n.pd.RegMR(n.buf, access)
 	must(t, err)
+	n.close = n.release
 	t.Cleanup(func() { n.close(t) })
 	return n
 }
 
-func (n *node) close(t testing.TB) {
+func (n *node) release(t testing.TB) {
 	for _, err := range []error{n.qp.Close(), n.scq.Close(), n.rcq.Close(), n.mr.Close(), n.pd.Close(), verbs.FreeBuffer(n.buf)} {
 		if err != nil {
 			t.Errorf("close: %v", err)
