@@ -140,7 +140,7 @@ func (d *Device) recvHello(nonce uint64) error {
 		return fmt.Errorf("%w: bad hello (type %d, version %d, %d QPs, %d bytes)", ErrViolation, m.typ, m.a, m.b, m.x)
 	}
 	if err := checkMemfd(fd, m.x); err != nil {
-		return err
+		return fmt.Errorf("%w: arena: %w", ErrViolation, err)
 	}
 	d.peerMem, err = unix.Mmap(fd, 0, int(m.x), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -44,7 +44,9 @@ type QP struct {
 	npending atomic.Int32
 	prod     uint64 // entries we published into the peer's ring
 	dataHead uint64 // bytes we put in its data area
-	blocked  bool   // our txBlocked word is set
+	peerCons uint64 // the peer's consumer cursors as last read
+	peerData uint64
+	blocked  bool // our txBlocked word is set
 	mrCache  *remoteMR
 	srcs     [][]byte // scratch scatter/gather list
 
@@ -296,7 +298,7 @@ func (q *QP) connect(qpn uint32) error {
 	q.sqMu.Lock()
 	q.dest.Store(p)
 	q.destQPN = qpn
-	q.prod, q.dataHead = 0, 0
+	q.prod, q.dataHead, q.peerCons, q.peerData = 0, 0, 0, 0
 	q.sqMu.Unlock()
 	return nil
 }
@@ -313,7 +315,7 @@ func (q *QP) reset() {
 	q.dest.Store(nil)
 	q.pending = q.pending[:0]
 	q.npending.Store(0)
-	q.prod, q.dataHead, q.blocked = 0, 0, false
+	q.prod, q.dataHead, q.peerCons, q.peerData, q.blocked = 0, 0, 0, 0, false
 	q.sqMu.Unlock()
 	q.rqMu.Lock()
 	q.rqHead, q.rqTail = 0, 0

@@ -222,12 +222,14 @@ func (q *QP) gather(wr *verbs.SendWR, write bool) ([][]byte, bool) {
 }
 
 // room says whether the peer's ring has an entry, and n bytes in its data
-// area, free; it reads the peer's cursors once and bounds them.
+// area, free. It reads the peer's cursors once: each must lie between
+// what it said before and what we produced, or the peer is lying.
 func (q *QP) room(p *peerQP, n int) (bool, error) {
 	cons := u64(p.slot, offCons).Load()
-	if q.prod-cons > ringEntries {
-		return false, fmt.Errorf("%w: queue pair %#x consumed %d of %d entries", ErrViolation, p.qpn, cons, q.prod)
+	if cons-q.peerCons > q.prod-q.peerCons {
+		return false, fmt.Errorf("%w: queue pair %#x says it consumed %d entries (before %d, produced %d)", ErrViolation, p.qpn, cons, q.peerCons, q.prod)
 	}
+	q.peerCons = cons
 	if q.prod-cons == ringEntries {
 		return false, nil
 	}
@@ -235,11 +237,11 @@ func (q *QP) room(p *peerQP, n int) (bool, error) {
 		return true, nil
 	}
 	consData := u64(p.slot, offConsData).Load()
-	used := q.dataHead - consData
-	if used > dataSize {
-		return false, fmt.Errorf("%w: queue pair %#x consumed %d of %d data bytes", ErrViolation, p.qpn, consData, q.dataHead)
+	if consData-q.peerData > q.dataHead-q.peerData {
+		return false, fmt.Errorf("%w: queue pair %#x says it consumed %d data bytes (before %d, produced %d)", ErrViolation, p.qpn, consData, q.peerData, q.dataHead)
 	}
-	return n <= int(dataSize-used), nil
+	q.peerData = consData
+	return n <= int(dataSize-(q.dataHead-consData)), nil
 }
 
 // waitRoom reports whether there is room, and otherwise sets our
