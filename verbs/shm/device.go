@@ -66,6 +66,8 @@ type Device struct {
 	mrs  map[uint32]*MR // by lkey
 
 	watchDone chan struct{}
+
+	rings atomic.Uint64 // doorbells rung at the peer (for tests)
 }
 
 var _ verbs.Device = (*Device)(nil)
@@ -89,7 +91,8 @@ type peerCQ struct {
 }
 
 // ring rings the peer's doorbell unless the peer retired it.
-func (c *peerCQ) ring() {
+func (c *peerCQ) ring(d *Device) {
+	d.rings.Add(1)
 	if c.acquire() {
 		ring(c.efd)
 		c.release()

@@ -176,6 +176,6 @@ func (q *QP) wakePeerSender() {
 		return
 	}
 	if u32(p.slot, offTxBlocked).Load() != 0 && p.sendCQ.flag.Load() != 0 {
-		p.sendCQ.ring()
+		p.sendCQ.ring(q.dev)
 	}
 }

@@ -95,7 +95,7 @@ func (q *QP) finish(wake *peerQP, viol error) {
 		q.dev.fail(viol, false)
 	}
 	if wake != nil && wake.recvCQ.flag.Load() != 0 {
-		wake.recvCQ.ring()
+		wake.recvCQ.ring(q.dev)
 	}
 }
 
