@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -39,6 +40,9 @@ type CQ struct {
 	sendQPs []*QP
 	pushes  uint64 // completions added, for Notify
 
+	kicks     atomic.Uint64
+	sleepersA atomic.Int32 // sleepers, for Kick's look without the lock
+
 	waitMu   sync.Mutex
 	sleepers int
 	reading  bool          // a waiter reads the eventfd; the others wait on gen
@@ -50,7 +54,10 @@ type CQ struct {
 	done       chan struct{}
 }
 
-var _ verbs.CQ = (*CQ)(nil)
+var (
+	_ verbs.CQ         = (*CQ)(nil)
+	_ verbs.KickWaiter = (*CQ)(nil)
+)
 
 // CreateCQ creates a completion queue and announces its doorbell.
 func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
@@ -189,10 +196,29 @@ func (c *CQ) ready() bool {
 // is closed. It polls briefly, then sets the sleeping flag, looks again
 // and sleeps on the doorbell: the peer rings it only when the flag is set.
 func (c *CQ) Wait(ctx context.Context) error {
-	return c.waitFor(ctx, c.ready)
+	return c.waitFor(ctx, time.Time{}, c.ready)
 }
 
-func (c *CQ) waitFor(ctx context.Context, ready func() bool) error {
+// Kicks returns the number of Kick calls so far.
+func (c *CQ) Kicks() uint64 { return c.kicks.Load() }
+
+// Kick wakes every goroutine in WaitKick: it counts, and rings our own
+// doorbell only if someone sleeps.
+func (c *CQ) Kick() {
+	c.kicks.Add(1)
+	if c.sleepersA.Load() > 0 {
+		ring(c.efdN)
+	}
+}
+
+// WaitKick waits in the calling goroutine until the CQ may hold a
+// completion, Kick was called since Kicks returned seen, or deadline
+// passes (os.ErrDeadlineExceeded).
+func (c *CQ) WaitKick(seen uint64, deadline time.Time) error {
+	return c.waitFor(context.Background(), deadline, func() bool { return c.kicks.Load() != seen || c.ready() })
+}
+
+func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool) error {
 	for i := 0; ; i++ {
 		if c.isClosed() {
 			return verbs.ErrClosed
@@ -203,6 +229,9 @@ func (c *CQ) waitFor(ctx context.Context, ready func() bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return os.ErrDeadlineExceeded
+		}
 		if i < spinPolls {
 			continue
 		}
@@ -211,7 +240,7 @@ func (c *CQ) waitFor(ctx context.Context, ready func() bool) error {
 			c.leaveSleep()
 			continue
 		}
-		err := c.sleep(ctx)
+		err := c.sleep(ctx, deadline)
 		c.leaveSleep()
 		if err != nil {
 			return err
@@ -229,6 +258,7 @@ func (c *CQ) isClosed() bool {
 func (c *CQ) enterSleep() {
 	c.waitMu.Lock()
 	c.sleepers++
+	c.sleepersA.Add(1)
 	c.flag.Store(1)
 	c.waitMu.Unlock()
 }
@@ -236,6 +266,7 @@ func (c *CQ) enterSleep() {
 func (c *CQ) leaveSleep() {
 	c.waitMu.Lock()
 	c.sleepers--
+	c.sleepersA.Add(-1)
 	if c.sleepers == 0 {
 		c.flag.Store(0)
 	}
@@ -244,11 +275,17 @@ func (c *CQ) leaveSleep() {
 
 // sleep waits for the doorbell. One waiter reads the eventfd through the
 // netpoller; others wait for it to leave, then look again.
-func (c *CQ) sleep(ctx context.Context) error {
+func (c *CQ) sleep(ctx context.Context, deadline time.Time) error {
 	c.waitMu.Lock()
 	if c.reading {
 		gen := c.gen
 		c.waitMu.Unlock()
+		var timeout <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-gen:
 			return nil
@@ -256,12 +293,14 @@ func (c *CQ) sleep(ctx context.Context) error {
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-timeout:
+			return os.ErrDeadlineExceeded
 		}
 	}
 	c.reading = true
 	c.token++
 	token := c.token
-	c.efd.SetReadDeadline(time.Time{})
+	c.efd.SetReadDeadline(deadline)
 	c.waitMu.Unlock()
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -290,6 +329,9 @@ func (c *CQ) sleep(ctx context.Context) error {
 		if c.isClosed() {
 			return nil
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return os.ErrDeadlineExceeded
+		}
 		return fmt.Errorf("shm: doorbell: %w", err)
 	}
 	return nil
@@ -315,7 +357,7 @@ func (c *CQ) notifier() {
 	}()
 	last := c.arrivalCount()
 	for {
-		err := c.waitFor(ctx, func() bool {
+		err := c.waitFor(ctx, time.Time{}, func() bool {
 			c.progressSends()
 			return c.arrivalCount() != last
 		})

@@ -48,7 +48,8 @@ type QP struct {
 	peerData uint64
 	blocked  bool // our txBlocked word is set
 	mrCache  *remoteMR
-	srcs     [][]byte // scratch scatter/gather list
+	srcs     [][]byte  // scratch scatter/gather list
+	one      [1][]byte // scratch: one inline payload
 
 	rqMu     sync.Mutex
 	rq       []recvWQE
@@ -64,8 +65,9 @@ type QP struct {
 }
 
 var (
-	_ verbs.QP     = (*QP)(nil)
-	_ verbs.Causer = (*QP)(nil)
+	_ verbs.QP           = (*QP)(nil)
+	_ verbs.Causer       = (*QP)(nil)
+	_ verbs.InlineWriter = (*QP)(nil)
 )
 
 type sendWQE struct {

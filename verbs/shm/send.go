@@ -77,15 +77,77 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 // run carries out one request, reading the channel once if it names
 // something the peer announced that is not known yet. The caller holds
 // sqMu.
-func (q *QP) run(wr *verbs.SendWR, inline []byte) (int, *peerQP, error) {
-	r, p, err := q.execute(wr, inline, false)
+func (q *QP) run(wr *verbs.SendWR, data [][]byte) (int, *peerQP, error) {
+	r, p, err := q.execute(wr, data, false)
 	if r == sendSync && err == nil {
 		if err := q.dev.sync(); err != nil {
 			return sendDone, nil, err
 		}
-		r, p, err = q.execute(wr, inline, true)
+		r, p, err = q.execute(wr, data, true)
 	}
 	return r, p, err
+}
+
+// PostWriteInline carries out an RDMA WRITE or WRITE_WITH_IMM (wr's
+// opcode, remote address, key, immediate, ID and flags; its SGL is
+// ignored) whose payload is data in ordinary memory: the bytes are copied
+// straight into the peer's region during the call, so no lkey is needed
+// and data is free once it returns (verbs.InlineWriter). A request that
+// must wait for room in the peer's ring keeps a copy.
+func (q *QP) PostWriteInline(wr *verbs.SendWR, data []byte) error {
+	if wr.Opcode != verbs.WRRDMAWrite && wr.Opcode != verbs.WRRDMAWriteWithImm || len(data) > 1<<31 {
+		return fmt.Errorf("shm: inline %v of %d bytes: %w", wr.Opcode, len(data), verbs.ErrInvalidArgument)
+	}
+	q.sqMu.Lock()
+	switch st := q.State(); st {
+	case verbs.QPSRTS, verbs.QPSSQD:
+	case verbs.QPSErr:
+		q.sendCQ.push(&verbs.WC{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRDMAWrite, QPN: q.qpn})
+		q.sqMu.Unlock()
+		return nil
+	default:
+		q.sqMu.Unlock()
+		if q.isClosed() {
+			return verbs.ErrClosed
+		}
+		return fmt.Errorf("shm: post send in %v: %w", st, verbs.ErrInvalidState)
+	}
+	var viol error
+	var wake *peerQP
+	if len(q.pending) > 0 {
+		q.runPending(&wake, &viol)
+	}
+	w := *wr
+	w.Flags |= verbs.SendInline
+	w.SGL = nil
+	if len(q.pending) == 0 && viol == nil {
+		q.one[0] = data
+		r, p, err := q.run(&w, q.one[:])
+		q.one[0] = nil
+		if p != nil {
+			wake = p
+		}
+		if r != sendBlocked || err != nil {
+			q.sqMu.Unlock()
+			q.finish(wake, err)
+			return nil
+		}
+	}
+	if len(q.pending) >= int(q.cap.MaxSendWR) {
+		q.sqMu.Unlock()
+		q.finish(wake, viol)
+		return verbs.ErrQueueFull
+	}
+	q.pending = append(q.pending, sendWQE{wr: w})
+	pw := &q.pending[len(q.pending)-1]
+	pw.inline = append(pw.inline[:0], data...)
+	if pw.inline == nil {
+		pw.inline = []byte{}
+	}
+	q.npending.Store(int32(len(q.pending)))
+	q.sqMu.Unlock()
+	q.finish(wake, viol)
+	return nil
 }
 
 // finish rings the peer's receive CQ if it sleeps and handles a
@@ -165,11 +227,12 @@ func (q *QP) runPending(wake **peerQP, viol *error) {
 	done := 0
 	for done < len(q.pending) && q.State() != verbs.QPSErr {
 		w := &q.pending[done]
-		var inline []byte
+		var data [][]byte
 		if w.wr.Flags&verbs.SendInline != 0 && w.inline != nil {
-			inline = w.inline
+			q.one[0] = w.inline
+			data = q.one[:]
 		}
-		r, p, err := q.run(&w.wr, inline)
+		r, p, err := q.run(&w.wr, data)
 		if p != nil {
 			*wake = p
 		}
@@ -289,9 +352,10 @@ func (q *QP) remote(p *peerQP, rkey uint32, need verbs.Access) (*remoteMR, verbs
 // execute carries out one send request. It returns sendBlocked when the
 // peer's ring has no room, sendSync when the peer's region is not known
 // (unless synced: then it is an access error); the peer QP written to (to ring after the lock is released);
-// and an error only for a violation by the peer. inline, when not nil,
-// is the request's data copied at post time. The caller holds sqMu.
-func (q *QP) execute(wr *verbs.SendWR, inline []byte, synced bool) (int, *peerQP, error) {
+// and an error only for a violation by the peer. data, when not nil, is
+// the request's payload in ordinary memory (inline); otherwise its SGEs
+// name registered memory. The caller holds sqMu.
+func (q *QP) execute(wr *verbs.SendWR, data [][]byte, synced bool) (int, *peerQP, error) {
 	wc := verbs.WC{WRID: wr.ID, Opcode: wcOpcode(wr.Opcode), QPN: q.qpn}
 	fail := func(st verbs.WCStatus, cause error) (int, *peerQP, error) {
 		if cause != nil {
@@ -324,8 +388,11 @@ func (q *QP) execute(wr *verbs.SendWR, inline []byte, synced bool) (int, *peerQP
 	}
 	var srcs [][]byte
 	var n int
-	if inline != nil {
-		srcs, n = [][]byte{inline}, len(inline)
+	if data != nil {
+		srcs = data
+		for _, s := range srcs {
+			n += len(s)
+		}
 	} else if wr.Opcode != verbs.WRRDMARead && wr.Opcode < verbs.WRAtomicCmpAndSwp {
 		var ok bool
 		if srcs, ok = q.gather(wr, false); !ok {
