@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +154,7 @@ func runPeer(spec string) {
 
 // peerProc is a running peer process and this side's streams to it.
 type peerProc struct {
+	dev   *shm.Device // over shm
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Reader
@@ -201,6 +204,7 @@ func startPeer(t testing.TB, mode, tr string, n int) *peerProc {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
+		p.dev = d
 		for _, s := range streams {
 			p.conns = append(p.conns, s)
 		}
@@ -319,4 +323,115 @@ func TestShmIdleConnections(t *testing.T) {
 		t.Fatalf("idle connections cost %.2f%% and %.2f%% of a core", least*100, peerLeast*100)
 	}
 	_ = verbs.ErrClosed
+}
+
+// TestShmPeerKilled: the peer process of a stream over shm is killed
+// with SIGKILL while this side waits in Read; Read fails within
+// milliseconds with an error wrapping ECONNRESET, Write fails too, and
+// once the stream and the device are closed no mapping or descriptor of
+// the channel is left (goroutines: goleak in TestMain).
+func TestShmPeerKilled(t *testing.T) {
+	baseline := shmHeld(t)
+	p := startPeer(t, "echo", "shm", 1)
+	s := p.conns[0].(*Stream)
+	if _, err := s.Write(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Read(make([]byte, 64))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errc
+	took := time.Since(start)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Read after the kill: %v", err)
+	}
+	if _, err := s.Write([]byte("x")); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Write after the kill: %v", err)
+	}
+	t.Logf("Read failed %v after SIGKILL: %v", took, err)
+	if took > time.Second {
+		t.Errorf("Read failed only %v after the kill", took)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.dev.Close()
+	if r := shmResidue(shmHeld(t), baseline); len(r) != 0 {
+		t.Fatalf("left behind: %q", r)
+	}
+}
+
+// shmHeld lists the mappings and descriptors of the provider's memfds and
+// the eventfds this process holds.
+func shmHeld(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(maps), "\n") {
+		if strings.Contains(l, "rsock-shm") {
+			out = append(out, "map: "+l)
+		}
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		if strings.Contains(l, "rsock-shm") || strings.Contains(l, "eventfd") {
+			out = append(out, "fd: "+l)
+		}
+	}
+	return out
+}
+
+// shmResidue returns what held has beyond baseline.
+func shmResidue(held, baseline []string) []string {
+	seen := map[string]int{}
+	for _, b := range baseline {
+		seen[b]++
+	}
+	var out []string
+	for _, r := range held {
+		if seen[r] > 0 {
+			seen[r]--
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestShmWriteDoesNotAllocate: a Write over shm (the direct path) and the
+// Read that takes it allocate nothing.
+func TestShmWriteDoesNotAllocate(t *testing.T) {
+	a, b := shmDevs(t)
+	sa, sb := shmStreams(t, a, b, Config{RingSize: 1 << 20})
+	defer sa.Close()
+	defer sb.Close()
+	buf := make([]byte, 4096)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := sa.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(sb, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per Write and Read", allocs)
+	}
 }
