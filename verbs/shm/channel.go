@@ -105,6 +105,7 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 		}
 		return nil, err
 	}
+	register(d)
 	go d.watch()
 	return d, nil
 }

@@ -207,6 +207,7 @@ func (d *Device) fail(cause error, graceful bool) {
 		return
 	}
 	d.dead = cause
+	unregister(d)
 	qps := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
 		qps = append(qps, q)
