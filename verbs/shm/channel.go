@@ -162,6 +162,9 @@ func recvOne(s int) (got bool, m msg, fd int, err error) {
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return false, m, -1, nil
 	}
+	if err == unix.ECONNRESET {
+		return false, m, -1, errEOF // the peer closed with messages of ours unread
+	}
 	if err != nil {
 		return false, m, -1, fmt.Errorf("shm: channel: %w", err)
 	}

@@ -348,6 +348,7 @@ func TestPeerStopped(t *testing.T) {
 	c := startChild(t, "echo")
 	a := c.n.vt()
 	must(t, c.cmd.Process.Signal(syscall.SIGSTOP))
+	waitStopped(t, c.cmd.Process.Pid)
 	a.PostRecv(t, 7, childBig, childBig)
 	a.PostSend(t, verbs.SendWR{ID: 7, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.SGE(0, 100)}})
 	verbstest.ExpectWC(t, a.SendCQ, 7, verbs.WCSend, verbs.WCSuccess, wcTimeout)
@@ -360,4 +361,29 @@ func TestPeerStopped(t *testing.T) {
 	}
 	must(t, c.cmd.Process.Signal(syscall.SIGCONT))
 	verbstest.ExpectWC(t, a.RecvCQ, 7, verbs.WCRecv, verbs.WCSuccess, wcTimeout)
+}
+
+// waitStopped waits until every thread of process pid is stopped: the
+// signal takes effect asynchronously.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(wcTimeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		must(t, err)
+		stopped := 0
+		for _, task := range tasks {
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue
+			}
+			// The state follows the command name in parentheses.
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+	}
+	t.Fatal("the peer process did not stop")
 }
