@@ -21,8 +21,8 @@ import (
 //	128  state      owner's QP state (written by the owner)
 //	132  access     owner's QP remote access flags
 //	136  txBlocked  1 while the owner has sends waiting for room at its peer
-//	1024 entries    ringEntries × entrySize
-//	4096 data       dataSize bytes, a byte ring for SEND payloads
+//	256  entries    ringEntries × entrySize
+//	2304 data       dataSize bytes, a byte ring for SEND payloads (to 8 KiB)
 //
 // Each side reads the other's words once, bounds them and keeps its own
 // cursors privately; nothing read back from shared memory is trusted.
@@ -37,16 +37,16 @@ const (
 	offState     = 128
 	offAccess    = 132
 	offTxBlocked = 136
-	offEntries   = 1024
+	offEntries   = 256
 	entrySize    = 16
 	ringEntries  = 128
-	offData      = 4096
-	dataSize     = 12 << 10
-	slotSize     = offData + dataSize
+	offData      = offEntries + ringEntries*entrySize
+	slotSize     = 8 << 10
+	dataSize     = slotSize - offData
 
 	// inlineMax is the largest SEND carried in the data area; larger
 	// ones travel in a memfd of their own (out of line).
-	inlineMax = 4096
+	inlineMax = 2048
 
 	// DefaultMaxQPs bounds the queue pairs (and completion queues) one
 	// side of a channel may have.
