@@ -31,3 +31,11 @@ type KickWaiter interface {
 	// zero time waits forever). It returns ErrClosed once the CQ is closed.
 	WaitKick(seen uint64, deadline time.Time) error
 }
+
+// DiscardCloser is implemented by MRs whose Close must preserve the
+// memory's contents at a cost (verbs/shm copies a shared region back into
+// private pages): CloseDiscard deregisters like Close but leaves the
+// contents undefined, for callers about to free the memory.
+type DiscardCloser interface {
+	CloseDiscard() error
+}

@@ -344,6 +344,9 @@ func (d *Device) handle(m *msg, fd int) error {
 		d.slotFree = append(d.slotFree, slot)
 	case msgMRNew:
 		rkey, access, addr, length := m.a, verbs.Access(m.c), m.x, m.y
+		if len(d.peerMRs) >= 4*d.peerMax {
+			return bad("more than %d memory regions", 4*d.peerMax)
+		}
 		if d.peerMRs[rkey] != nil || length == 0 || length > 1<<40 || addr+length < addr ||
 			access&^(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic) != 0 {
 			return bad("memory region %#x of %d bytes", rkey, length)

@@ -47,7 +47,10 @@ type MR struct {
 	closeErr   error
 }
 
-var _ verbs.MR = (*MR)(nil)
+var (
+	_ verbs.MR            = (*MR)(nil)
+	_ verbs.DiscardCloser = (*MR)(nil)
+)
 
 // RegMR registers buf. With remote access buf must lie in memory from
 // verbs.AllocBuffer: its pages are moved, contents and address unchanged,
@@ -101,17 +104,21 @@ func (m *MR) share() error {
 	m.rkey = randKey()
 	err = m.pd.dev.send(&msg{typ: msgMRNew, a: m.rkey, b: m.pd.id, c: uint32(m.access), x: m.addr, y: uint64(len(m.buf))}, fd)
 	if err != nil {
-		m.unshare()
+		m.unshare(false)
 		return err
 	}
 	return nil
 }
 
-// unshare puts private pages with the same contents back in place of the
-// memfd's: whatever the peer writes later lands in its own mapping only.
-func (m *MR) unshare() error {
-	saved := make([]byte, len(m.shared))
-	copy(saved, m.shared)
+// unshare puts private pages back in place of the memfd's, with the same
+// contents unless discard: whatever the peer writes later lands in its
+// own mapping only.
+func (m *MR) unshare(discard bool) error {
+	var saved []byte
+	if !discard {
+		saved = make([]byte, len(m.shared))
+		copy(saved, m.shared)
+	}
 	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&m.shared[0]), uintptr(len(m.shared)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
 	if err != nil {
 		return fmt.Errorf("shm: unmap MR memfd: %w", err)
@@ -150,8 +157,15 @@ func (m *MR) slice(addr uint64, n uint32) ([]byte, bool) {
 }
 
 // Close deregisters the MR: the peer is told, and the caller's pages are
-// private again. It is idempotent.
-func (m *MR) Close() error {
+// private again, contents kept. It is idempotent.
+func (m *MR) Close() error { return m.close(false) }
+
+// CloseDiscard deregisters the MR as Close does, but leaves its memory
+// zeroed instead of copying the contents back (verbs.DiscardCloser): for
+// callers about to free it.
+func (m *MR) CloseDiscard() error { return m.close(true) }
+
+func (m *MR) close(discard bool) error {
 	m.closeOnce.Do(func() {
 		d := m.pd.dev
 		d.mrMu.Lock()
@@ -163,7 +177,7 @@ func (m *MR) Close() error {
 			if d.deadErr() == nil {
 				d.send(&msg{typ: msgMRGone, a: m.rkey}, -1) // a failure ends the channel anyway
 			}
-			m.closeErr = m.unshare()
+			m.closeErr = m.unshare(discard)
 		}
 		m.pd.refs.Add(-1)
 	})
