@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -24,7 +25,13 @@ import (
 // with a PD each.
 func shmDevs(t testing.TB) (a, b *shmDev) {
 	t.Helper()
-	da, db, err := shm.Pair(shm.Config{MaxQPs: 256})
+	return shmDevsN(t, 256)
+}
+
+// shmDevsN is shmDevs with room for maxQPs queue pairs on each side.
+func shmDevsN(t testing.TB, maxQPs int) (a, b *shmDev) {
+	t.Helper()
+	da, db, err := shm.Pair(shm.Config{MaxQPs: maxQPs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,4 +215,45 @@ func TestShmPeerGone(t *testing.T) {
 	if _, err := sa.Write([]byte("x")); !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("Write: %v, want ECONNRESET", err)
 	}
+}
+
+// TestShmConnectionMemory: 1000 idle connections over one shm channel
+// cost little beyond their rings' pages in use: the memory the process
+// holds (RSS, which counts the shared pages it touched) grows by less than
+// 128 KiB per connection (both ends in this process).
+func TestShmConnectionMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1000 connections")
+	}
+	a, b := shmDevsN(t, 1024)
+	runtime.GC()
+	before := rss(t)
+	const n = 1000
+	streams := make([]*Stream, 0, 2*n)
+	defer func() {
+		for _, s := range streams {
+			s.Close()
+		}
+	}()
+	for range n {
+		sa, sb := shmStreams(t, a, b, Config{})
+		streams = append(streams, sa, sb)
+	}
+	runtime.GC()
+	per := (rss(t) - before) / n
+	t.Logf("%d connections (512 KiB rings): %d KiB of RSS each, both ends", n, per>>10)
+	if per > 128<<10 {
+		t.Fatalf("%d KiB per idle connection", per>>10)
+	}
+}
+
+// rss returns the process's resident set size in bytes.
+func rss(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size, res int
+	fmt.Sscan(string(b), &size, &res)
+	return res * os.Getpagesize()
 }

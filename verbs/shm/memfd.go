@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strconv"
@@ -15,17 +16,24 @@ import (
 const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // newMemfd creates a sealed memfd of size bytes holding data (zeros
-// beyond it).
+// beyond it). Pages of data that are all zeros are not written, so they
+// take no memory until used (a fresh ring registered for a connection).
 func newMemfd(name string, size int, data []byte) (int, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("shm: memfd_create: %w", err)
 	}
 	if err = unix.Ftruncate(fd, int64(size)); err == nil {
-		for off := 0; off < len(data) && err == nil; {
-			var n int
-			n, err = unix.Pwrite(fd, data[off:], int64(off))
-			off += n
+		for off := 0; off < len(data) && err == nil; off += pageSize {
+			page := data[off:min(off+pageSize, len(data))]
+			if allZero(page) {
+				continue
+			}
+			for k := 0; k < len(page) && err == nil; {
+				var n int
+				n, err = unix.Pwrite(fd, page[k:], int64(off+k))
+				k += n
+			}
 		}
 	}
 	if err == nil {
@@ -82,4 +90,21 @@ func checkEventfd(fd int) error {
 func ring(fd int) {
 	var one = [8]byte{1}
 	unix.Write(fd, one[:])
+}
+
+// allZero reports whether b holds only zeros (reading untouched anonymous
+// pages maps the kernel's zero page: no memory is used).
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
