@@ -227,6 +227,9 @@ func TestShmConnectionMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1000 connections")
 	}
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory multiplies RSS")
+	}
 	a, b := shmDevsN(t, 1024)
 	runtime.GC()
 	before := rss(t) + shmem(t)

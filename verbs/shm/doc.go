@@ -19,6 +19,18 @@
 // the channel with an error, never a panic. The peer process dying closes
 // the Unix socket, which fails the channel's queue pairs at once.
 //
-// Open sets up a device over a connected Unix socket; Pair makes two
-// connected devices in one process (tests).
+// Setting up a channel (for netconn): Listen on an abstract Unix name and
+// Accept, or Dial that name; or Open over any connected SOCK_SEQPACKET
+// socket; Pair makes two connected devices in one process (tests). Each
+// checks the peer's SO_PEERCRED with Config.CheckPeer (by default: the
+// same user); netconn passes a check that the process is the peer of the
+// TCP handshake. ByID and ToPeer find a live channel to reuse, so that
+// every connection between two processes shares one channel. The device
+// owns the socket; Done and Err say when and why the channel ended (the
+// peer died: its socket closed), after which the owner closes it.
+//
+// rsock uses two optional capabilities the provider offers
+// (verbs.InlineWriter, verbs.KickWaiter): Write copies from the caller's
+// buffer straight into the peer's receive ring, and Read and Write sleep
+// on the completion queue themselves.
 package shm

@@ -33,6 +33,7 @@ type QP struct {
 	mu     sync.Mutex // attributes (but State) and closed
 	attr   verbs.QPAttr
 	closed bool
+	gone   atomic.Bool // closed: CQ polls skip it
 
 	causeMu sync.Mutex
 	cause   error
@@ -392,6 +393,7 @@ func (q *QP) Close() error {
 		return nil
 	}
 	q.closed = true
+	q.gone.Store(true)
 	q.mu.Unlock()
 	q.sqMu.Lock()
 	q.setState(verbs.QPSErr)

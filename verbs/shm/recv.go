@@ -23,7 +23,7 @@ func (q *QP) published() uint64 { return u64(q.slot, offProd).Load() }
 // as far as receives are posted and the CQ has room. Every entry is read
 // once into private memory and checked; a bad one fails the channel.
 func (q *QP) harvest() {
-	if u64(q.slot, offProd).Load() == q.consA.Load() {
+	if q.gone.Load() || u64(q.slot, offProd).Load() == q.consA.Load() {
 		return
 	}
 	q.rqMu.Lock()

@@ -210,7 +210,7 @@ func (q *QP) enqueue(wr *verbs.SendWR) {
 
 // progress moves waiting sends on; the send CQ calls it when polled.
 func (q *QP) progress() {
-	if q.npending.Load() == 0 {
+	if q.npending.Load() == 0 || q.gone.Load() {
 		return
 	}
 	var viol error
