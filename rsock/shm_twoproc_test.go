@@ -273,6 +273,45 @@ func BenchmarkTwoProcessStream(b *testing.B) {
 	}
 }
 
+// BenchmarkTwoProcessStream8 streams 64 KiB writes over 8 connections
+// at once to a peer process, over shm (one channel) and TCP loopback.
+func BenchmarkTwoProcessStream8(b *testing.B) {
+	const conns, size = 8, 64 << 10
+	for _, tr := range []string{"shm", "tcp"} {
+		b.Run(tr, func(b *testing.B) {
+			p := startPeer(b, "sink", tr, conns)
+			b.SetBytes(size)
+			cpu0 := proccpu.Total()
+			b.ResetTimer()
+			errs := make(chan error, conns)
+			for i, c := range p.conns {
+				go func() {
+					buf := make([]byte, size)
+					for range b.N/conns + boolInt(i < b.N%conns) {
+						if _, err := c.Write(buf); err != nil {
+							errs <- err
+							return
+						}
+					}
+					if cw, ok := c.(interface{ CloseWrite() error }); ok {
+						cw.CloseWrite()
+					}
+					var ack [1]byte
+					_, err := io.ReadFull(c, ack[:])
+					errs <- err
+				}()
+			}
+			for range conns {
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(proccpu.Total()-cpu0)/float64(time.Second)/(float64(b.N)*size/1e9), "cpu-s/GB")
+		})
+	}
+}
+
 // BenchmarkTwoProcessPingPong measures 64-byte round trips to an echoing
 // peer process over shm and over TCP loopback.
 func BenchmarkTwoProcessPingPong(b *testing.B) {
