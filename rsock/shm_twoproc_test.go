@@ -474,3 +474,27 @@ func TestShmWriteDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per Write and Read", allocs)
 	}
 }
+
+// TestShmPeerStopped: with the peer process stopped (SIGSTOP), read and
+// write deadlines still fire (the writer fills the peer's ring first).
+func TestShmPeerStopped(t *testing.T) {
+	p := startPeer(t, "echo", "shm", 1)
+	s := p.conns[0].(*Stream)
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	s.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	start := time.Now()
+	if _, err := s.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Read from a stopped peer: %v after %v", err, time.Since(start))
+	}
+	s.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	big := make([]byte, 64<<20) // more than the peer's ring: the writer must wait
+	if n, err := s.Write(big); !errors.Is(err, os.ErrDeadlineExceeded) || n >= len(big) {
+		t.Fatalf("Write to a stopped peer: %d bytes, %v", n, err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
