@@ -16,6 +16,7 @@ func (s *Stream) CloseWrite() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
+		seen := s.kicks()
 		if !s.closed {
 			s.drive()
 		}
@@ -37,12 +38,9 @@ func (s *Stream) CloseWrite() error {
 			return nil
 		}
 		s.mu.Unlock()
-		select {
-		case <-s.e.cq.Notify():
-		case <-s.writeReady:
-		case <-s.wdl.wait():
+		if err := s.await(s.writeReady, s.wdl.wait(), s.wdl.when(), seen); err != nil {
 			s.mu.Lock()
-			return s.opError("close", os.ErrDeadlineExceeded)
+			return s.opError("close", err)
 		}
 		s.mu.Lock()
 	}
@@ -68,6 +66,10 @@ func (s *Stream) teardown() {
 	// for them as for the acknowledgements, within the same bound.
 	// When the peer closed first, nothing is owed to it.
 	sentClose := false
+	expire := newDeadline()
+	expire.set(deadline)
+	defer expire.stop()
+	seen := s.kicks()
 	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
 		// A data write being posted goes first: CLOSE must follow it.
 		if !sentClose && s.posting == 0 && s.sendControl(ctrlClose) {
@@ -75,12 +77,9 @@ func (s *Stream) teardown() {
 			continue
 		}
 		s.mu.Unlock()
-		select {
-		case <-s.e.cq.Notify():
-		case <-s.writeReady:
-		case <-time.After(time.Until(deadline)):
-		}
+		s.await(s.writeReady, expire.wait(), deadline, seen)
 		s.mu.Lock()
+		seen = s.kicks()
 	}
 	var errs []error
 	if s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) {
@@ -88,8 +87,8 @@ func (s *Stream) teardown() {
 			s.sendHead-s.sendFreed, s.ctrlInUse+boolInt(!sentClose), s.e.cfg.CloseTimeout, os.ErrDeadlineExceeded))
 	}
 	s.closed = true
-	signal(s.readReady)
-	signal(s.writeReady)
+	s.signalRead()
+	s.signalWrite()
 	// No post starts once closed is set; those in progress (a keep-alive,
 	// credits from a drive outside Read) end before the rings go.
 	for s.posting > 0 {

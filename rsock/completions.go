@@ -58,7 +58,7 @@ func (s *Stream) complete(wc *verbs.WC) {
 			return
 		}
 		s.repost(int(wc.WRID))
-		signal(s.readReady)
+		s.signalRead()
 	case verbs.WCRecv:
 		typ, consumed, processed, ok := parseControl(s.e.ctrlSlot(int(wc.WRID))[:wc.ByteLen])
 		if !ok || !s.prod.Update(consumed, processed) {
@@ -72,14 +72,14 @@ func (s *Stream) complete(wc *verbs.WC) {
 			s.rfin, s.peerClosed = true, true
 		}
 		s.repost(int(wc.WRID))
-		signal(s.readReady)
-		signal(s.writeReady)
+		s.signalRead()
+		s.signalWrite()
 	case verbs.WCRDMAWrite:
 		s.sendFreed = wc.WRID
-		signal(s.writeReady)
+		s.signalWrite()
 	case verbs.WCSend:
 		s.ctrlInUse--
-		signal(s.writeReady)
+		s.signalWrite()
 	}
 }
 

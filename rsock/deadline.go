@@ -11,6 +11,7 @@ import (
 type deadline struct {
 	mu    sync.Mutex
 	timer *time.Timer
+	at    time.Time     // the deadline; zero for none
 	done  chan struct{} // closed when the deadline passed
 }
 
@@ -24,6 +25,7 @@ func (d *deadline) set(t time.Time) {
 		<-d.done // the timer fired: wait for its close
 	}
 	d.timer = nil
+	d.at = t
 	closed := isClosed(d.done)
 	if t.IsZero() {
 		if closed {
@@ -42,6 +44,13 @@ func (d *deadline) set(t time.Time) {
 	if !closed {
 		close(d.done)
 	}
+}
+
+// when returns the deadline, the zero time for none.
+func (d *deadline) when() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at
 }
 
 // wait returns the channel closed when the deadline passes.

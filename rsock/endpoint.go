@@ -171,7 +171,9 @@ func (e *Endpoint) release() error {
 		errs = append(errs, e.cq.Close())
 	}
 	for _, m := range []verbs.MR{e.recvMR, e.sendMR, e.ctrlMR} {
-		if m != nil {
+		if dc, ok := m.(verbs.DiscardCloser); ok && e.mem != nil {
+			errs = append(errs, dc.CloseDiscard()) // the rings are freed next
+		} else if m != nil {
 			errs = append(errs, m.Close())
 		}
 	}

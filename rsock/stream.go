@@ -44,31 +44,38 @@ type Stream struct {
 	rmu sync.Mutex // serialises readers
 	wmu sync.Mutex // serialises writers
 
-	mu          sync.Mutex
-	prod        *ring.Producer
-	cons        *ring.Consumer
-	sendHead    uint64 // send ring cursor: bytes copied in
-	sendFreed   uint64 // bytes whose write completed
-	ctrlNext    int    // next control send slot
-	ctrlInUse   int    // control sends not yet completed
-	lastSend    time.Time
-	posting     int        // posts in progress outside mu (data and control)
-	postDone    *sync.Cond // on mu: signalled when a post outside mu ends
-	rfin        bool       // the peer will send no more data
-	peerClosed  bool       // the peer closed
-	wclosed     bool       // CloseWrite was called
-	closed      bool       // Close was called
-	err         error      // the stream failed
-	sendWRs     [2]verbs.SendWR
-	sendSGEs    [2][2]verbs.SGE
-	ctrlWRs     [maxCtrlSends][1]verbs.SendWR // by send slot: posted outside mu
-	ctrlSGEs    [maxCtrlSends][1]verbs.SGE
-	readReady   chan struct{}
-	writeReady  chan struct{}
-	rdl, wdl    *deadline
-	wcs         []verbs.WC // completions being handled by drive
-	keepalive   *time.Timer
-	stalls      stalls // writers' waits, for Stats
+	mu         sync.Mutex
+	prod       *ring.Producer
+	cons       *ring.Consumer
+	sendHead   uint64 // send ring cursor: bytes copied in
+	sendFreed  uint64 // bytes whose write completed
+	ctrlNext   int    // next control send slot
+	ctrlInUse  int    // control sends not yet completed
+	lastSend   time.Time
+	posting    int        // posts in progress outside mu (data and control)
+	postDone   *sync.Cond // on mu: signalled when a post outside mu ends
+	rfin       bool       // the peer will send no more data
+	peerClosed bool       // the peer closed
+	wclosed    bool       // CloseWrite was called
+	closed     bool       // Close was called
+	err        error      // the stream failed
+	sendWRs    [2]verbs.SendWR
+	sendSGEs   [2][2]verbs.SGE
+	ctrlWRs    [maxCtrlSends][1]verbs.SendWR // by send slot: posted outside mu
+	ctrlSGEs   [maxCtrlSends][1]verbs.SGE
+	readReady  chan struct{}
+	writeReady chan struct{}
+	rdl, wdl   *deadline
+	wcs        []verbs.WC // completions being handled by drive
+	keepalive  *time.Timer
+	stalls     stalls // writers' waits, for Stats
+	// kw is the completion queue's own wait (verbs.KickWaiter), when it
+	// has one: Read and Write then sleep on it themselves, with no
+	// goroutine handing completions over. iw writes straight from the
+	// caller's buffer into the peer's ring (verbs.InlineWriter), when the
+	// provider can: one copy per byte on Write, none into a send ring.
+	kw          verbs.KickWaiter
+	iw          verbs.InlineWriter
 	closeOnce   sync.Once
 	teardownErr error
 }
@@ -129,6 +136,8 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		lastSend:     time.Now(),
 	}
 	s.postDone = sync.NewCond(&s.mu)
+	s.kw, _ = e.cq.(verbs.KickWaiter)
+	s.iw, _ = e.qp.(verbs.InlineWriter)
 	if s.opts.Net == "" {
 		s.opts.Net = "rdma"
 	}
@@ -148,11 +157,65 @@ func (s *Stream) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: s.opts.Net, Source: s.opts.LocalAddr, Addr: s.opts.RemoteAddr, Err: err}
 }
 
-func signal(c chan struct{}) {
+// signal leaves a token in c; false if one was there already.
+func signal(c chan struct{}) bool {
 	select {
 	case c <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// signalRead and signalWrite wake a reader or writer: through its
+// channel, and through the completion queue's kick when it sleeps there.
+func (s *Stream) signalRead() {
+	if signal(s.readReady) && s.kw != nil {
+		s.kw.Kick()
+	}
+}
+
+func (s *Stream) signalWrite() {
+	if signal(s.writeReady) && s.kw != nil {
+		s.kw.Kick()
+	}
+}
+
+// kicks is the completion queue's kick count (0 without KickWaiter);
+// read it before looking at what a wait is for.
+func (s *Stream) kicks() uint64 {
+	if s.kw == nil {
+		return 0
+	}
+	return s.kw.Kicks()
+}
+
+// await waits, with s.mu released, until the completion queue may hold
+// completions, ready holds a token, or the deadline passes
+// (os.ErrDeadlineExceeded): expired closes then, and when is its time.
+// With a KickWaiter the calling goroutine sleeps on the queue itself;
+// seen is the kick count read before the caller looked at its state.
+func (s *Stream) await(ready chan struct{}, expired <-chan struct{}, when time.Time, seen uint64) error {
+	if s.kw == nil {
+		select {
+		case <-s.e.cq.Notify():
+		case <-ready:
+		case <-expired:
+			return os.ErrDeadlineExceeded
+		}
+		return nil
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-expired:
+		return os.ErrDeadlineExceeded
 	default:
 	}
+	if err := s.kw.WaitKick(seen, when); errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return nil // the caller's loop looks at the state again
 }
 
 // fail records the first error and wakes everyone. The caller holds s.mu.
@@ -160,8 +223,8 @@ func (s *Stream) fail(err error) {
 	if s.err == nil {
 		s.err = err
 	}
-	signal(s.readReady)
-	signal(s.writeReady)
+	s.signalRead()
+	s.signalWrite()
 }
 
 // Abort fails the stream with err: pending and later reads and writes
@@ -194,6 +257,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 	defer s.rmu.Unlock()
 	s.mu.Lock()
 	for {
+		seen := s.kicks()
 		if s.closed {
 			s.mu.Unlock()
 			return 0, s.opError("read", net.ErrClosed)
@@ -216,11 +280,8 @@ func (s *Stream) Read(b []byte) (int, error) {
 			return 0, nil
 		}
 		s.mu.Unlock()
-		select {
-		case <-s.e.cq.Notify():
-		case <-s.readReady:
-		case <-s.rdl.wait():
-			return 0, s.opError("read", os.ErrDeadlineExceeded)
+		if err := s.await(s.readReady, s.rdl.wait(), s.rdl.when(), seen); err != nil {
+			return 0, s.opError("read", err)
 		}
 		s.mu.Lock()
 	}
@@ -258,6 +319,16 @@ func (s *Stream) Write(b []byte) (int, error) {
 			s.mu.Unlock()
 			return 0, nil
 		}
+		if s.iw != nil {
+			err = s.postDirect(b[:n])
+			s.mu.Unlock()
+			if err != nil {
+				return written, s.opError("write", err)
+			}
+			written += n
+			b = b[n:]
+			continue
+		}
 		head := s.sendHead
 		s.mu.Unlock()
 		// The send ring region [head, head+n) is free and only this writer
@@ -286,6 +357,7 @@ func (s *Stream) Write(b []byte) (int, error) {
 // many. The caller holds s.mu; it is released while waiting.
 func (s *Stream) waitWritable(want int) (int, error) {
 	for {
+		seen := s.kicks()
 		s.drive() // first: a CLOSE or an error may be waiting in the queue
 		switch {
 		case s.closed:
@@ -312,11 +384,7 @@ func (s *Stream) waitWritable(want int) (int, error) {
 		}
 		s.noteStall(sendFree)
 		s.mu.Unlock()
-		select {
-		case <-s.e.cq.Notify():
-		case <-s.writeReady:
-		case <-s.wdl.wait():
-		}
+		s.await(s.writeReady, s.wdl.wait(), s.wdl.when(), seen) // the loop looks at the deadline
 		s.mu.Lock()
 	}
 }
@@ -367,7 +435,43 @@ func (s *Stream) post(wrs []verbs.SendWR) error {
 	s.mu.Lock()
 	s.posting--
 	s.postDone.Broadcast()
-	signal(s.writeReady) // Close may wait for the post to end
+	s.signalWrite() // Close may wait for the post to end
+	if err != nil {
+		s.fail(err)
+	}
+	return err
+}
+
+// postDirect writes data from the caller's buffer straight into the
+// peer's ring at the producer cursor (verbs.InlineWriter): a WRITE and a
+// WRITE_WITH_IMM when the ring wraps, else one WRITE_WITH_IMM, both
+// unsignaled, as no send ring waits to be freed. The caller holds s.mu
+// and wmu; s.mu is released during the copy, as in post.
+func (s *Stream) postDirect(data []byte) error {
+	n := len(data)
+	r1, r2 := ring.Spans(s.prod.Written(), n, s.prod.Size())
+	s.prod.Wrote(n)
+	s.lastSend = time.Now()
+	s.posting++
+	s.mu.Unlock()
+	var err error
+	off := 0
+	for i, r := range [2]ring.Span{r1, r2} {
+		if r.Len == 0 || err != nil {
+			continue
+		}
+		wr := &s.sendWRs[i]
+		*wr = verbs.SendWR{Opcode: verbs.WRRDMAWrite, RemoteAddr: s.peerRingAddr + uint64(r.Off), RKey: s.peerRingRKey}
+		if off+r.Len == n {
+			wr.Opcode, wr.Imm = verbs.WRRDMAWriteWithImm, dataImm(n)
+		}
+		err = s.iw.PostWriteInline(wr, data[off:off+r.Len])
+		off += r.Len
+	}
+	s.mu.Lock()
+	s.posting--
+	s.postDone.Broadcast()
+	s.signalWrite()
 	if err != nil {
 		s.fail(err)
 	}
@@ -422,18 +526,29 @@ const ctrlWRID = 1 << 63
 func (s *Stream) SetDeadline(t time.Time) error {
 	s.rdl.set(t)
 	s.wdl.set(t)
+	s.kick()
 	return nil
+}
+
+// kick wakes waiters sleeping on the completion queue, so that they look
+// at a deadline that moved.
+func (s *Stream) kick() {
+	if s.kw != nil {
+		s.kw.Kick()
+	}
 }
 
 // SetReadDeadline sets the read deadline; a Read waiting past it returns
 // os.ErrDeadlineExceeded.
 func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.rdl.set(t)
+	s.kick()
 	return nil
 }
 
 // SetWriteDeadline sets the write deadline.
 func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.wdl.set(t)
+	s.kick()
 	return nil
 }

@@ -23,7 +23,12 @@ import (
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(peerEnv); spec != "" {
+		runPeer(spec)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // testDev is a soft-RoCE device on loopback UDP.
 type testDev struct {

@@ -9,7 +9,9 @@
 // rdma-core is a thin mapping.
 //
 // Providers: verbs/softroce (RoCEv2 in userspace Go, over a UDP socket or
-// an in-memory pipe) and, with cgo, verbs/rdmacore.
+// an in-memory pipe), verbs/shm (processes of one host: a WRITE is a copy
+// into the peer's mapped memory) and, with cgo, verbs/rdmacore. Optional
+// capabilities: InlineWriter, KickWaiter, SelectiveRepeater, Causer.
 //
 // Memory handed to RegMR must not move and must outlive the MR: allocate it
 // with AllocBuffer (mmap), never from the Go heap.

@@ -7,9 +7,10 @@ import "context"
 type Device interface {
 	// Name is the device name, e.g. "softroce0" or "rxe0".
 	Name() string
-	// Provider names the provider: "softroce" or "rdmacore".
+	// Provider names the provider: "softroce", "shm" or "rdmacore".
 	Provider() string
-	// Link names how packets travel: "udp", "pipe", "dpdk", or "ib"/"roce" for hardware.
+	// Link names how packets travel: "udp", "pipe", "dpdk", "shm" (no
+	// packets: shared memory), or "ib"/"roce" for hardware.
 	Link() string
 	// Port describes the device's (single) port, including its GID table.
 	Port() PortAttr

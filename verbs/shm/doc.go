@@ -1,0 +1,36 @@
+// Package shm is a verbs provider for reliable-connected queue pairs
+// between two processes of one host, where an RDMA WRITE is a memcpy into
+// the peer's mapped memory region and not a packet (as Linux's SMC-D
+// loopback-ism device is to SMC, and UCX's shared-memory transports to
+// UCX).
+//
+// Two processes share one channel: a Unix SOCK_SEQPACKET connection that
+// carries file descriptors (SCM_RIGHTS) and small setup messages, and one
+// sealed memfd arena per side that the other maps. Every queue pair's
+// inbound ring (completion entries and a small data area for SENDs) is a
+// slot of its owner's arena; every completion queue has a "sleeping" flag
+// there and an eventfd doorbell that the peer rings only when the flag is
+// set. A memory region with remote access is moved into a sealed memfd at
+// registration and mapped by the peer.
+//
+// Whatever the peer writes into shared memory is untrusted: indexes and
+// lengths are read once into private variables and bounded, no pointer
+// the peer wrote is followed, and a violation fails every queue pair of
+// the channel with an error, never a panic. The peer process dying closes
+// the Unix socket, which fails the channel's queue pairs at once.
+//
+// Setting up a channel (for netconn): Listen on an abstract Unix name and
+// Accept, or Dial that name; or Open over any connected SOCK_SEQPACKET
+// socket; Pair makes two connected devices in one process (tests). Each
+// checks the peer's SO_PEERCRED with Config.CheckPeer (by default: the
+// same user); netconn passes a check that the process is the peer of the
+// TCP handshake. ByID and ToPeer find a live channel to reuse, so that
+// every connection between two processes shares one channel. The device
+// owns the socket; Done and Err say when and why the channel ended (the
+// peer died: its socket closed), after which the owner closes it.
+//
+// rsock uses two optional capabilities the provider offers
+// (verbs.InlineWriter, verbs.KickWaiter): Write copies from the caller's
+// buffer straight into the peer's receive ring, and Read and Write sleep
+// on the completion queue themselves.
+package shm
