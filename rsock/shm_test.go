@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/net/nettest"
 
-	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/shm"
 )
 
@@ -37,29 +36,23 @@ func shmDevsN(t testing.TB, maxQPs int) (a, b *shmDev) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close(); db.Close() })
-	mk := func(d *shm.Device) *shmDev {
-		pd, err := d.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &shmDev{dev: d, pd: pd}
-	}
-	return mk(da), mk(db)
+	return &shmDev{dev: da}, &shmDev{dev: db}
 }
 
+// shmDev is one end of a shm channel; each endpoint on it allocates a
+// protection domain of its own.
 type shmDev struct {
 	dev *shm.Device
-	pd  verbs.PD
 }
 
 // shmStreams connects two streams over a shm channel.
 func shmStreams(t testing.TB, a, b *shmDev, cfg Config) (*Stream, *Stream) {
 	t.Helper()
-	ea, err := NewEndpoint(a.dev, a.pd, cfg)
+	ea, err := NewEndpoint(a.dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eb, err := NewEndpoint(b.dev, b.pd, cfg)
+	eb, err := NewEndpoint(b.dev, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,14 +48,9 @@ func shmConnect(conn *net.UnixConn, n int, cfg Config, in *bufio.Reader, out io.
 	if err != nil {
 		return nil, nil, err
 	}
-	pd, err := d.AllocPD()
-	if err != nil {
-		d.Close()
-		return nil, nil, err
-	}
 	eps := make([]*Endpoint, n)
 	for i := range eps {
-		if eps[i], err = NewEndpoint(d, pd, cfg); err != nil {
+		if eps[i], err = NewEndpoint(d, cfg); err != nil {
 			d.Close()
 			return nil, nil, err
 		}
