@@ -35,29 +35,28 @@ func Of(c syscall.Conn) (Cred, error) {
 // Expect is the process expected at the other end of a Unix socket: the
 // one holding the peer end of a TCP connection on this host.
 type Expect struct {
-	// Socket is the TCP peer's socket.
-	Socket Socket
+	// Local and Remote are the TCP connection's addresses, seen from
+	// this end.
+	Local, Remote netip.AddrPort
 }
 
-// ExpectTCPPeer finds the socket at the other end of the TCP connection c,
-// which must stay on this host (and network namespace).
+// ExpectTCPPeer expects the process at the other end of the TCP
+// connection c, which must stay on this host (and network namespace).
+// The peer's socket is looked up by Check: it has an inode only once the
+// peer accepted the connection.
 func ExpectTCPPeer(c net.Conn) (*Expect, error) {
 	local, ok1 := c.LocalAddr().(*net.TCPAddr)
 	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("peercred: %v to %v is not a TCP connection", c.LocalAddr(), c.RemoteAddr())
 	}
-	s, err := TCPPeerSocket(local.AddrPort(), remote.AddrPort())
-	if err != nil {
-		return nil, err
-	}
-	return &Expect{Socket: s}, nil
+	return &Expect{Local: local.AddrPort(), Remote: remote.AddrPort()}, nil
 }
 
 // Check returns nil if the peer of the Unix socket u is the expected
-// process: it runs as the TCP peer socket's owner, and holds that socket
-// open (checked in /proc/PID/fd unless this process may not read it,
-// which only happens for another user's process when this one is not
+// process: it runs as the owner of the TCP peer's socket, and holds that
+// socket open (checked in /proc/PID/fd unless this process may not read
+// it, which only happens for another user's process when this one is not
 // privileged). Otherwise it returns an error matching ErrWrongPeer, or
 // the error that kept it from checking.
 func (e *Expect) Check(u syscall.Conn) error {
@@ -65,10 +64,17 @@ func (e *Expect) Check(u syscall.Conn) error {
 	if err != nil {
 		return err
 	}
-	if cred.UID != e.Socket.UID {
-		return wrongPeer("uid %d, the TCP peer's socket belongs to uid %d", cred.UID, e.Socket.UID)
+	sock, err := TCPPeerSocket(e.Local, e.Remote)
+	if err != nil {
+		return err
 	}
-	holds, err := HoldsSocket(cred.PID, e.Socket.Inode)
+	if sock.Inode == 0 {
+		return wrongPeer("the TCP peer's socket %v is not accepted yet", e.Remote)
+	}
+	if cred.UID != sock.UID {
+		return wrongPeer("uid %d, the TCP peer's socket belongs to uid %d", cred.UID, sock.UID)
+	}
+	holds, err := HoldsSocket(cred.PID, sock.Inode)
 	switch {
 	case errors.Is(err, os.ErrPermission):
 		return nil // the uid is what can be checked

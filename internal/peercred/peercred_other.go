@@ -15,7 +15,7 @@ var errUnsupported = errors.New("peercred: needs Linux (SO_PEERCRED, sock_diag)"
 func Of(syscall.Conn) (Cred, error) { return Cred{}, errUnsupported }
 
 // Expect is the process expected at the other end of a Unix socket.
-type Expect struct{ Socket Socket }
+type Expect struct{ Local, Remote netip.AddrPort }
 
 // ExpectTCPPeer is not supported here.
 func ExpectTCPPeer(net.Conn) (*Expect, error) { return nil, errUnsupported }

@@ -289,3 +289,40 @@ func FuzzParseDiagReply(f *testing.F) {
 		}
 	})
 }
+
+// TestExpectNotAcceptedYet: until the peer accepts the TCP connection, its
+// socket has no inode and no process holds it: Check refuses; once
+// accepted, the same Expect passes.
+func TestExpectNotAcceptedYet(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, err := ExpectTCPPeer(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul := unixListener(t)
+	uc, err := net.DialUnix("unix", nil, ul.Addr().(*net.UnixAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	if err := e.Check(uc); !errors.Is(err, ErrWrongPeer) {
+		t.Fatalf("Check before accept: %v, want ErrWrongPeer", err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := e.Check(uc); err != nil {
+		t.Fatalf("Check after accept: %v", err)
+	}
+}
