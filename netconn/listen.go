@@ -401,7 +401,7 @@ func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip
 	if !reserveMemif() {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
 	}
-	dev, ep, err := connectOffer(hello, time.Now().Add(l.handshake), local, l.set.stream)
+	dev, ep, err := connectOffer(c, hello, time.Now().Add(l.handshake), local, l.set.stream)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
 	}
