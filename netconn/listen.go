@@ -37,13 +37,12 @@ type ListenConfig struct {
 	// connection is queued for Accept); default
 	// DefaultMaxPendingHandshakes. A further dialer waits for one to end,
 	// up to half of HandshakeTimeout, then is declined and served over
-	// TCP.
+	// TCP. While it waits, if another source (an IPv4 address, an IPv6
+	// /64) holds more of the slots than its own, the oldest handshake of
+	// the source holding most that has waited half a second for its
+	// dialer to confirm is ended, so that a source stalling handshakes
+	// cannot keep the slots from others.
 	MaxPendingHandshakes int
-	// MaxPendingHandshakesPerSource bounds the handshakes in progress
-	// from one source (an IPv4 address, an IPv6 /64): a dialer beyond it
-	// is declined at once and served over TCP, so that one source cannot
-	// hold every slot. Default MaxPendingHandshakes/8, at least 1.
-	MaxPendingHandshakesPerSource int
 }
 
 // DefaultMaxPendingHandshakes is the default ListenConfig.MaxPendingHandshakes.
@@ -78,14 +77,8 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if pending <= 0 {
 		pending = DefaultMaxPendingHandshakes
 	}
-	perSource := lc.MaxPendingHandshakesPerSource
-	if perSource <= 0 {
-		perSource = max(pending/8, 1)
-	}
 	l := &Listener{
-		slots:     make(chan struct{}, pending),
-		perSource: perSource,
-		sources:   make(map[netip.Prefix]int),
+		slots:     newHandshakeSlots(pending, hs/2),
 		fl:        fallback.NewListener(inner, fallback.ListenerConfig{SniffTimeout: lc.SniffTimeout, HandshakeTimeout: hs}),
 		set:       set,
 		handshake: hs,
@@ -102,8 +95,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // every other TCP client as plain TCP.
 type Listener struct {
 	fl        *fallback.Listener
-	slots     chan struct{} // one per handshake in progress
-	perSource int           // handshakes in progress per source, at most
+	slots     *handshakeSlots
 	set       settings
 	handshake time.Duration
 
@@ -114,7 +106,6 @@ type Listener struct {
 	mu        sync.Mutex
 	loopErr   error                 // why the accept loop ended
 	pending   map[net.Conn]struct{} // conns in the middle of a handshake
-	sources   map[netip.Prefix]int  // handshakes in progress by source
 	closed    bool
 }
 
@@ -187,20 +178,14 @@ func (l *Listener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			src, ok := l.takeSource(a.Conn)
-			if !ok {
+			if !l.slots.take(a.Conn, l.done) {
 				l.untrack(a.Conn)
-				l.declineBusy(a.Conn, fmt.Sprintf("listener busy: %d rsock handshakes in progress from this source", l.perSource))
+				l.declineBusy(a.Conn)
 				return
 			}
-			defer l.releaseSource(src)
-			if !l.takeSlot() {
-				l.untrack(a.Conn)
-				l.declineBusy(a.Conn, fmt.Sprintf("listener busy: %d rsock handshakes in progress", cap(l.slots)))
-				return
-			}
-			defer func() { <-l.slots }() // after delivery: an accepted conn still holds its rings
+			defer l.slots.release(a.Conn) // after delivery: an accepted conn still holds its rings
 			c, err := l.negotiate(a.Conn, a.Hello)
+			l.slots.settle(a.Conn)
 			l.untrack(a.Conn)
 			if err != nil {
 				logHandshakeFailure("accept", a.Conn.RemoteAddr(), err)
@@ -212,58 +197,11 @@ func (l *Listener) acceptLoop() {
 	}
 }
 
-// takeSlot waits for a handshake slot, for half the handshake timeout (so
-// that a dialer waiting as long still hears why), and reports whether it
-// got one.
-func (l *Listener) takeSlot() bool {
-	select {
-	case l.slots <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(l.handshake / 2)
-	defer t.Stop()
-	select {
-	case l.slots <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-l.done:
-	}
-	return false
-}
-
-// takeSource counts a handshake of c's source, and reports false when the
-// source already has perSource in progress.
-func (l *Listener) takeSource(c net.Conn) (netip.Prefix, bool) {
-	src, ok := fallback.SourceOf(c.RemoteAddr())
-	if !ok {
-		return src, true // not an IP address: no bound
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sources[src] >= l.perSource {
-		return src, false
-	}
-	l.sources[src]++
-	return src, true
-}
-
-// releaseSource gives back a handshake counted by takeSource.
-func (l *Listener) releaseSource(src netip.Prefix) {
-	if !src.IsValid() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sources[src]--; l.sources[src] <= 0 {
-		delete(l.sources, src)
-	}
-}
-
-// declineBusy answers a dialer that found every handshake slot (or its
-// source's share) taken: it is declined and served over TCP. The Decline
-// is a few bytes on a new connection and does not wait for the client.
-func (l *Listener) declineBusy(c net.Conn, reason string) {
+// declineBusy answers a dialer that found every handshake slot taken: it
+// is declined and served over TCP. The Decline is a few bytes on a new
+// connection and does not wait for the client.
+func (l *Listener) declineBusy(c net.Conn) {
+	reason := fmt.Sprintf("listener busy: %d rsock handshakes in progress", l.slots.size())
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	if err := fallback.WriteReply(c, fallback.Decline(reason)); err != nil {
 		c.Close()

@@ -584,7 +584,7 @@ func TestLatePreface(t *testing.T) {
 // then is declined and served over TCP; once the stalled dialers go
 // away, RDMA is back.
 func TestPendingHandshakesBounded(t *testing.T) {
-	ln := listen(t, ListenConfig{MaxPendingHandshakes: 2, MaxPendingHandshakesPerSource: 2, HandshakeTimeout: 4 * time.Second})
+	ln := listen(t, ListenConfig{MaxPendingHandshakes: 2, HandshakeTimeout: 4 * time.Second})
 	hello := &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream, Provider: "softroce", Link: "udp",
 		GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, UDPPort: 4791, QPN: 0x11, MTU: 1024, RingAddr: 4096, RingRKey: 1, RingSize: 4096, RecvDepth: 64}
 	var stalled []net.Conn
