@@ -17,9 +17,6 @@ const (
 	DefaultHandshakeTimeout = 5 * time.Second
 	DefaultBacklog          = 128
 	DefaultMaxSniffing      = 1024
-	// DefaultMaxSniffingPerSource is the default
-	// ListenerConfig.MaxSniffingPerSource.
-	DefaultMaxSniffingPerSource = 64
 )
 
 // How long a declined connection is given to receive the Decline reply and
@@ -44,14 +41,10 @@ type ListenerConfig struct {
 	Backlog int
 	// MaxSniffing bounds the connections being sniffed at once. The
 	// listener never stops accepting: a connection beyond the bound closes
-	// the one that has been sniffed longest (a client stalling its
-	// handshake; a real one takes a round trip). Default 1024.
+	// the oldest sniff of the source (an IPv4 address, an IPv6 /64; see
+	// SourceOf) with the most sniffs in flight, so that a source stalling
+	// handshakes only displaces its own, whatever its share. Default 1024.
 	MaxSniffing int
-	// MaxSniffingPerSource bounds the connections being sniffed at once
-	// from one source (an IPv4 address, an IPv6 /64; see SourceOf): a
-	// connection beyond it closes that source's oldest sniff, so that one
-	// source cannot take the whole of MaxSniffing. Default 64.
-	MaxSniffingPerSource int
 }
 
 // Accepted is a connection accepted and sniffed by a Listener.
@@ -68,8 +61,8 @@ type Accepted struct {
 // Listener wraps a net.Listener and sniffs each accepted connection for the
 // rsock preface. Sniffing runs in one goroutine per connection, so a slow
 // client never delays another, and the listener never stops accepting:
-// the sniffs in flight are bounded per source and in all by closing the
-// oldest ones. Connections that send a full preface and a
+// the sniffs in flight are bounded by closing the oldest of the source
+// with the most. Connections that send a full preface and a
 // bad Hello get a Decline reply and are closed without being surfaced.
 type Listener struct {
 	inner net.Listener
@@ -84,6 +77,7 @@ type Listener struct {
 	sniffs  list.List                   // of *sniffing, oldest first
 	sources map[netip.Prefix]*list.List // of *sniffing by source, oldest first
 	closed  bool
+	seq     uint64 // sniffs admitted
 	shed    uint64 // sniffs closed to make room
 
 	wg        sync.WaitGroup
@@ -104,9 +98,6 @@ func NewListener(inner net.Listener, cfg ListenerConfig) *Listener {
 	}
 	if cfg.MaxSniffing <= 0 {
 		cfg.MaxSniffing = DefaultMaxSniffing
-	}
-	if cfg.MaxSniffingPerSource <= 0 {
-		cfg.MaxSniffingPerSource = DefaultMaxSniffingPerSource
 	}
 	l := &Listener{
 		inner:    inner,
@@ -188,7 +179,7 @@ func (l *Listener) Close() error {
 }
 
 // Shed returns how many connections were closed mid-sniff to keep within
-// MaxSniffing and MaxSniffingPerSource.
+// MaxSniffing.
 func (l *Listener) Shed() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -197,6 +188,7 @@ func (l *Listener) Shed() uint64 {
 
 // sniffing is a connection being sniffed, in the listener's lists.
 type sniffing struct {
+	seq    uint64 // order of admission
 	c      net.Conn
 	all    *list.Element // in Listener.sniffs
 	bySrc  *list.Element // in its source's list, if it has a source
@@ -252,10 +244,10 @@ func (l *Listener) acceptLoop() {
 	}
 }
 
-// admit enters c in the lists of sniffs and returns the connections it
-// displaces (to be closed by the caller, outside the lock): its source's
-// oldest sniff if the source is at MaxSniffingPerSource, then the oldest
-// of all if MaxSniffing is reached. It returns nil if the listener closed.
+// admit enters c in the lists of sniffs and returns the connection it
+// displaces, if MaxSniffing was reached (to be closed by the caller,
+// outside the lock): the oldest sniff of the source with the most. It
+// returns nil if the listener closed.
 func (l *Listener) admit(c net.Conn) (*sniffing, []net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -263,24 +255,17 @@ func (l *Listener) admit(c net.Conn) (*sniffing, []net.Conn) {
 		return nil, nil
 	}
 	var shed []net.Conn
-	s := &sniffing{c: c, active: true}
-	src, hasSrc := SourceOf(c.RemoteAddr())
-	if hasSrc {
-		if q := l.sources[src]; q != nil && q.Len() >= l.cfg.MaxSniffingPerSource {
-			old := q.Front().Value.(*sniffing)
+	if l.sniffs.Len() >= l.cfg.MaxSniffing {
+		if old := l.victimLocked(); old != nil {
 			l.removeLocked(old)
 			shed = append(shed, old.c)
+			l.shed++
 		}
 	}
-	if l.sniffs.Len() >= l.cfg.MaxSniffing {
-		old := l.sniffs.Front().Value.(*sniffing)
-		l.removeLocked(old)
-		shed = append(shed, old.c)
-	}
-	l.shed += uint64(len(shed))
+	l.seq++
+	s := &sniffing{c: c, active: true, seq: l.seq}
 	s.all = l.sniffs.PushBack(s)
-	if hasSrc {
-		// After the shedding, which may have dropped the source's list.
+	if src, ok := SourceOf(c.RemoteAddr()); ok {
 		q := l.sources[src]
 		if q == nil {
 			q = new(list.List)
@@ -290,6 +275,27 @@ func (l *Listener) admit(c net.Conn) (*sniffing, []net.Conn) {
 		s.bySrc = q.PushBack(s)
 	}
 	return s, shed
+}
+
+// victimLocked picks the sniff to close for a new connection: the oldest
+// of the source with the most sniffs in flight, or the oldest of all if
+// no source has more than one (connections without an IP source count as
+// one each).
+func (l *Listener) victimLocked() *sniffing {
+	var most *list.List
+	for _, q := range l.sources {
+		if most == nil || q.Len() > most.Len() ||
+			q.Len() == most.Len() && q.Front().Value.(*sniffing).seq < most.Front().Value.(*sniffing).seq {
+			most = q
+		}
+	}
+	if most != nil && most.Len() > 1 {
+		return most.Front().Value.(*sniffing)
+	}
+	if e := l.sniffs.Front(); e != nil {
+		return e.Value.(*sniffing)
+	}
+	return nil
 }
 
 // removeLocked takes s out of the lists, if it is still there.

@@ -74,14 +74,14 @@ func waitShed(t *testing.T, tl *testListener, n uint64) {
 // from a hundred, never stop the listener: a plain client and an rsock
 // dialer from 127.0.0.1 are accepted at once each time (the old listener
 // stopped accepting with MaxSniffing stalls in flight). The stalls are
-// shed oldest first: each source keeps at most MaxSniffingPerSource, all
-// together at most MaxSniffing, and the attacker sees its oldest closed.
+// shed, oldest first of the source with the most, so at most MaxSniffing
+// are in flight and the attacker sees its oldest closed.
 func TestListenerSlowloris(t *testing.T) {
-	const perSource, all = 8, 64
-	tl := newTestListener(t, ListenerConfig{HandshakeTimeout: 30 * time.Second, MaxSniffing: all, MaxSniffingPerSource: perSource})
+	const all = 64
+	tl := newTestListener(t, ListenerConfig{HandshakeTimeout: 30 * time.Second, MaxSniffing: all})
 	addr := tl.Addr().String()
 
-	// Four sources, 100 stalls each: all but perSource of each are shed.
+	// Four sources, 100 stalls each.
 	var first []net.Conn
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -99,7 +99,7 @@ func TestListenerSlowloris(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitShed(t, tl, 4*(100-perSource))
+	waitShed(t, tl, 400-all)
 	legitServed(t, tl)
 	for _, c := range first {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -108,9 +108,7 @@ func TestListenerSlowloris(t *testing.T) {
 		}
 	}
 
-	// A hundred sources, two stalls each, under the bound per source: the
-	// global bound sheds the oldest.
-	before := tl.Shed()
+	// A hundred sources, two stalls each.
 	for i := range 100 {
 		wg.Add(1)
 		go func() {
@@ -122,18 +120,48 @@ func TestListenerSlowloris(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// At most `all` sniffs in flight: of the 4*perSource + 200 stalls, the
-	// rest were shed.
-	waitShed(t, tl, before+uint64(4*perSource+200-all))
+	// At most `all` sniffs in flight: of the 600 stalls, the rest were
+	// shed.
+	waitShed(t, tl, 600-all)
 	legitServed(t, tl)
 	t.Logf("%d sniffs shed", tl.Shed())
+}
+
+// TestListenerShedsTheBiggestSource: with MaxSniffing reached by one
+// source's stalls, a slow client from another source (its preface comes
+// byte by byte) is never the one shed, however many more stalls come:
+// each displaces the stalling source's own oldest.
+func TestListenerShedsTheBiggestSource(t *testing.T) {
+	tl := newTestListener(t, ListenerConfig{SniffTimeout: 20 * time.Second, HandshakeTimeout: 30 * time.Second, MaxSniffing: 16})
+	addr := tl.Addr().String()
+	stallFrom(t, netip.MustParseAddr("127.0.0.2"), addr, 16)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
+	slow, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if _, err := slow.Write(Preface[:4]); err != nil {
+		t.Fatal(err)
+	}
+	waitShed(t, tl, 1)
+	stallFrom(t, netip.MustParseAddr("127.0.0.2"), addr, 50)
+	waitShed(t, tl, 51)
+	// The slow client finishes its preface and Hello: it was not shed.
+	rest := append(Preface[4:], AppendHello(nil, testHello())...)
+	if _, err := slow.Write(rest); err != nil {
+		t.Fatal(err)
+	}
+	if r := tl.next(t, 5*time.Second); r.a.Hello == nil || r.a.Conn.RemoteAddr().(*net.TCPAddr).IP.String() != "127.0.0.3" {
+		t.Fatalf("accepted %v (hello %v), want the slow client", r.a.Conn.RemoteAddr(), r.a.Hello)
+	}
 }
 
 // TestListenerSheddingKeepsSnifferCounts: after a storm of stalls from
 // many sources is shed and closed, the lists are empty again (no entry is
 // leaked or removed twice).
 func TestListenerSheddingKeepsSnifferCounts(t *testing.T) {
-	tl := newTestListener(t, ListenerConfig{HandshakeTimeout: 30 * time.Second, MaxSniffing: 16, MaxSniffingPerSource: 4})
+	tl := newTestListener(t, ListenerConfig{HandshakeTimeout: 30 * time.Second, MaxSniffing: 16})
 	var conns []net.Conn
 	for i := range 10 {
 		conns = append(conns, stallFrom(t, netip.AddrFrom4([4]byte{127, 0, 2, byte(1 + i)}), tl.Addr().String(), 6)...)
