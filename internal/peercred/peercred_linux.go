@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -88,26 +89,35 @@ func (e *Expect) Check(u syscall.Conn) error {
 
 // HoldsSocket reports whether process pid has the socket with this inode
 // open, from /proc/PID/fd. An error matching os.ErrPermission means the
-// process's descriptors may not be read.
+// process's descriptors may not be read. The newest descriptors (highest
+// numbers) are looked at first: the socket of a connection just made is
+// usually among them.
 func HoldsSocket(pid int32, inode uint32) (bool, error) {
-	dir := "/proc/" + strconv.Itoa(int(pid)) + "/fd"
-	f, err := os.Open(dir)
+	f, err := os.Open("/proc/" + strconv.Itoa(int(pid)) + "/fd")
 	if err != nil {
 		return false, fmt.Errorf("peercred: %w", err)
 	}
 	defer f.Close()
-	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
-	for {
-		names, err := f.Readdirnames(256)
-		for _, n := range names {
-			if target, err := os.Readlink(dir + "/" + n); err == nil && target == want {
-				return true, nil
-			}
-		}
-		if err != nil {
-			return false, nil // io.EOF: all read
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return false, fmt.Errorf("peercred: %w", err)
+	}
+	fds := make([]int, 0, len(names))
+	for _, n := range names {
+		if fd, err := strconv.Atoi(n); err == nil {
+			fds = append(fds, fd)
 		}
 	}
+	slices.Sort(fds)
+	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
+	buf := make([]byte, 64)
+	for i := len(fds) - 1; i >= 0; i-- {
+		n, err := unix.Readlinkat(int(f.Fd()), strconv.Itoa(fds[i]), buf)
+		if err == nil && string(buf[:n]) == want {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Sizes of the sock_diag messages (linux/inet_diag.h).

@@ -326,3 +326,52 @@ func TestExpectNotAcceptedYet(t *testing.T) {
 		t.Fatalf("Check after accept: %v", err)
 	}
 }
+
+// BenchmarkCheck: the cost of Check in a process holding about 5,000
+// descriptors, for the TCP peer's socket opened last (the usual case).
+func BenchmarkCheck(b *testing.B) {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for range 5000 {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			b.Skip(err)
+		}
+		files = append(files, f)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	e, _ := ExpectTCPPeer(c)
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@rsock-peercred-bench-" + strconv.Itoa(os.Getpid()), Net: "unix"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ul.Close()
+	uc, err := net.DialUnix("unix", nil, ul.Addr().(*net.UnixAddr))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer uc.Close()
+	for b.Loop() {
+		if err := e.Check(uc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
