@@ -24,13 +24,16 @@ const (
 
 // TestSlowloris attacks a netconn listener from 127.0.0.2-5: first 4x20
 // connections that send a whole Hello and never confirm the listener's
-// answer (each holds a queue pair until the handshake timeout), then
-// 4x700 that send the preface and the first bytes of a Hello and stall
-// there. Meanwhile an rsock dialer (after the first wave and after the
-// second) and a plain TCP client (after the second) from 127.0.0.1 must
-// be served at once: the rsock dialer connected on RDMA and echoed within
-// 10 s, the plain client echoed within 4 s. The old listener let the
-// unconfirmed handshakes take all 64 slots (the dialer waited 2.5 s and
+// answer (each holds a handshake slot, a queue pair and rings until the
+// handshake timeout: 80 for 64 slots), then 4x700 that send the preface
+// and the first bytes of a Hello and stall there (2,800 for 1,024 sniffs).
+// Meanwhile an rsock dialer (after the first wave and after the second)
+// and a plain TCP client (after the second) from 127.0.0.1 must be served
+// at once: the rsock dialer connected on RDMA and echoed within 10 s (it
+// sheds a stalled handshake of a source holding more slots), the plain
+// client echoed within 4 s (the listener never stops accepting, and sheds
+// the biggest source's oldest sniffs). The old listener let the
+// unconfirmed handshakes keep all 64 slots (the dialer waited 2.5 s and
 // was sent to TCP) and stopped accepting with 1,024 sniffs in flight
 // (each up to 7 s), so the plain client waited out the stalls.
 func TestSlowloris(t *testing.T) {

@@ -27,6 +27,7 @@ func (ln *Listener) AcceptOne() (*Link, error) {
 		mu       sync.Mutex
 		inflight list.List // of *pendingClient, oldest first
 		lastErr  error
+		closing  bool // the accept loop ended: failures are its doing
 		won      *Link
 		wg       sync.WaitGroup
 	)
@@ -34,6 +35,7 @@ func (ln *Listener) AcceptOne() (*Link, error) {
 		conn, err := ln.ln.AcceptUnix()
 		if err != nil {
 			mu.Lock()
+			closing = true
 			for e := inflight.Front(); e != nil; e = e.Next() {
 				e.Value.(*pendingClient).conn.Close()
 			}
@@ -82,6 +84,7 @@ func (ln *Listener) AcceptOne() (*Link, error) {
 				ln.ln.Close() // ends the accept loop
 			case err == nil:
 				l.Close() // a link on a closed control socket, or a second one
+			case closing:
 			case p.shed:
 				lastErr = errors.New("memif: client closed to serve a newer one: " + err.Error())
 			default:

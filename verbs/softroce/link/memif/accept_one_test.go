@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,8 +127,8 @@ func TestAcceptOneClosed(t *testing.T) {
 	ln.Close()
 	select {
 	case r := <-ch:
-		if r.err == nil || r.l != nil {
-			t.Fatalf("AcceptOne after Close: %v, %v", r.l, r.err)
+		if r.err == nil || r.l != nil || !strings.Contains(r.err.Error(), "incorrect secret") {
+			t.Fatalf("AcceptOne after Close: %v, %v; want an error naming the wrong secret", r.l, r.err)
 		}
 		t.Log(r.err)
 	case <-time.After(5 * time.Second):
