@@ -1,9 +1,11 @@
 package fallback
 
 import (
+	"container/list"
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -37,9 +39,11 @@ type ListenerConfig struct {
 	// Backlog is how many sniffed connections may wait for
 	// AcceptNegotiation. Default 128.
 	Backlog int
-	// MaxSniffing bounds the connections being sniffed at once; when it is
-	// reached the listener stops accepting from the inner listener until a
-	// sniff ends. Default 1024.
+	// MaxSniffing bounds the connections being sniffed at once. The
+	// listener never stops accepting: a connection beyond the bound closes
+	// the oldest sniff of the source (an IPv4 address, an IPv6 /64; see
+	// SourceOf) with the most sniffs in flight, so that a source stalling
+	// handshakes only displaces its own, whatever its share. Default 1024.
 	MaxSniffing int
 }
 
@@ -56,21 +60,25 @@ type Accepted struct {
 
 // Listener wraps a net.Listener and sniffs each accepted connection for the
 // rsock preface. Sniffing runs in one goroutine per connection, so a slow
-// client never delays another. Connections that send a full preface and a
+// client never delays another, and the listener never stops accepting:
+// the sniffs in flight are bounded by closing the oldest of the source
+// with the most. Connections that send a full preface and a
 // bad Hello get a Decline reply and are closed without being surfaced.
 type Listener struct {
 	inner net.Listener
 	cfg   ListenerConfig
 
 	queue    chan Accepted
-	sem      chan struct{}
 	closing  chan struct{}
 	loopDone chan struct{}
 	loopErr  error // written before loopDone is closed
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // being sniffed
-	closed bool
+	mu      sync.Mutex
+	sniffs  list.List                   // of *sniffing, oldest first
+	sources map[netip.Prefix]*list.List // of *sniffing by source, oldest first
+	closed  bool
+	seq     uint64 // sniffs admitted
+	shed    uint64 // sniffs closed to make room
 
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -95,10 +103,9 @@ func NewListener(inner net.Listener, cfg ListenerConfig) *Listener {
 		inner:    inner,
 		cfg:      cfg,
 		queue:    make(chan Accepted, cfg.Backlog),
-		sem:      make(chan struct{}, cfg.MaxSniffing),
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
-		conns:    make(map[net.Conn]struct{}),
+		sources:  make(map[netip.Prefix]*list.List),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -149,10 +156,12 @@ func (l *Listener) Close() error {
 		err = l.inner.Close()
 		l.mu.Lock()
 		l.closed = true
-		conns := l.conns
-		l.conns = nil
+		var conns []net.Conn
+		for e := l.sniffs.Front(); e != nil; e = e.Next() {
+			conns = append(conns, e.Value.(*sniffing).c)
+		}
 		l.mu.Unlock()
-		for c := range conns {
+		for _, c := range conns {
 			c.Close()
 		}
 		l.wg.Wait()
@@ -169,20 +178,34 @@ func (l *Listener) Close() error {
 	return err
 }
 
+// Shed returns how many connections were closed mid-sniff to keep within
+// MaxSniffing.
+func (l *Listener) Shed() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.shed
+}
+
+// sniffing is a connection being sniffed, in the listener's lists.
+type sniffing struct {
+	seq    uint64 // order of admission
+	c      net.Conn
+	all    *list.Element // in Listener.sniffs
+	bySrc  *list.Element // in its source's list, if it has a source
+	src    netip.Prefix
+	active bool // still in the lists
+}
+
+// acceptLoop accepts without pause (but for errors like EMFILE): a
+// connection is sniffed in a goroutine of its own, and the bounds on
+// sniffs in flight close the oldest ones rather than stopping here.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	defer close(l.loopDone)
 	var delay time.Duration
 	for {
-		select {
-		case l.sem <- struct{}{}:
-		case <-l.closing:
-			l.loopErr = l.errClosed()
-			return
-		}
 		c, err := l.inner.Accept()
 		if err != nil {
-			<-l.sem
 			select {
 			case <-l.closing:
 				l.loopErr = l.errClosed()
@@ -207,29 +230,102 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		delay = 0
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
+		s, shed := l.admit(c)
+		for _, old := range shed {
+			old.Close()
+		}
+		if s == nil {
 			c.Close()
-			<-l.sem
 			l.loopErr = l.errClosed()
 			return
 		}
-		l.conns[c] = struct{}{}
-		l.mu.Unlock()
 		l.wg.Add(1)
-		go l.serve(c)
+		go l.serve(s)
 	}
 }
 
-func (l *Listener) serve(c net.Conn) {
-	defer l.wg.Done()
-	a, ok := l.sniff(c)
+// admit enters c in the lists of sniffs and returns the connection it
+// displaces, if MaxSniffing was reached (to be closed by the caller,
+// outside the lock): the oldest sniff of the source with the most. It
+// returns nil if the listener closed.
+func (l *Listener) admit(c net.Conn) (*sniffing, []net.Conn) {
 	l.mu.Lock()
-	delete(l.conns, c)
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil
+	}
+	var shed []net.Conn
+	if l.sniffs.Len() >= l.cfg.MaxSniffing {
+		if old := l.victimLocked(); old != nil {
+			l.removeLocked(old)
+			shed = append(shed, old.c)
+			l.shed++
+		}
+	}
+	l.seq++
+	s := &sniffing{c: c, active: true, seq: l.seq}
+	s.all = l.sniffs.PushBack(s)
+	if src, ok := SourceOf(c.RemoteAddr()); ok {
+		q := l.sources[src]
+		if q == nil {
+			q = new(list.List)
+			l.sources[src] = q
+		}
+		s.src = src
+		s.bySrc = q.PushBack(s)
+	}
+	return s, shed
+}
+
+// victimLocked picks the sniff to close for a new connection: the oldest
+// of the source with the most sniffs in flight, or the oldest of all if
+// no source has more than one (connections without an IP source count as
+// one each).
+func (l *Listener) victimLocked() *sniffing {
+	var most *list.List
+	for _, q := range l.sources {
+		if most == nil || q.Len() > most.Len() ||
+			q.Len() == most.Len() && q.Front().Value.(*sniffing).seq < most.Front().Value.(*sniffing).seq {
+			most = q
+		}
+	}
+	if most != nil && most.Len() > 1 {
+		return most.Front().Value.(*sniffing)
+	}
+	if e := l.sniffs.Front(); e != nil {
+		return e.Value.(*sniffing)
+	}
+	return nil
+}
+
+// removeLocked takes s out of the lists, if it is still there.
+func (l *Listener) removeLocked(s *sniffing) {
+	if !s.active {
+		return
+	}
+	s.active = false
+	l.sniffs.Remove(s.all)
+	if s.bySrc != nil {
+		src := l.sources[s.src]
+		src.Remove(s.bySrc)
+		if src.Len() == 0 {
+			delete(l.sources, s.src)
+		}
+	}
+}
+
+func (l *Listener) serve(s *sniffing) {
+	defer l.wg.Done()
+	a, ok := l.sniff(s.c)
+	l.mu.Lock()
+	shed := !s.active // closed by admit, maybe after the sniff ended
+	l.removeLocked(s)
 	l.mu.Unlock()
-	<-l.sem
 	if !ok {
+		return
+	}
+	if shed {
+		a.Conn.Close()
 		return
 	}
 	select {

@@ -26,6 +26,10 @@ var streamSmall = rsock.Config{RingSize: 64 << 10}
 // connection; otherwise it dials the address in its environment. It
 // prints its transport and streams both ways until killed.
 func runChild() {
+	if os.Getenv(childEnv) == "memif-attack" {
+		runMemifAttacker()
+		return
+	}
 	var c net.Conn
 	var err error
 	if os.Getenv(childEnv) == "listen" {

@@ -182,7 +182,7 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 		memifWhy = errMemifFull.Error()
 	} else if wantMemif {
 		memifSlot = true
-		if offer, err = newMemifOffer(local, deadline); err != nil {
+		if offer, err = newMemifOffer(c, local, deadline); err != nil {
 			memifWhy = err.Error()
 		} else {
 			defer offer.close()

@@ -42,9 +42,10 @@
 //
 // Observability: Conn.Stats describes one connection (as ss -ti would);
 // Snapshot the process (devices, their counters and conns, fallbacks),
-// also published through expvar as "rsock"; package netconn/metrics serves
-// it in Prometheus' format; SetLogger receives fallbacks, failed
-// handshakes and connection errors through log/slog.
+// published nowhere unless the program serves it (package netconn/metrics
+// has handlers for Prometheus' format and JSON; see ExpvarName);
+// SetLogger receives fallbacks, failed handshakes and connection errors
+// through log/slog.
 //
 // Process-wide state: connections that use the same provider, link and
 // local IP share its devices (for soft-RoCE, a device is one UDP socket

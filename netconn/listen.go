@@ -37,7 +37,11 @@ type ListenConfig struct {
 	// connection is queued for Accept); default
 	// DefaultMaxPendingHandshakes. A further dialer waits for one to end,
 	// up to half of HandshakeTimeout, then is declined and served over
-	// TCP.
+	// TCP. While it waits, if another source (an IPv4 address, an IPv6
+	// /64) holds more of the slots than its own, the oldest handshake of
+	// the source holding most that has waited half a second for its
+	// dialer to confirm is ended, so that a source stalling handshakes
+	// cannot keep the slots from others.
 	MaxPendingHandshakes int
 }
 
@@ -74,7 +78,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		pending = DefaultMaxPendingHandshakes
 	}
 	l := &Listener{
-		slots:     make(chan struct{}, pending),
+		slots:     newHandshakeSlots(pending, hs/2),
 		fl:        fallback.NewListener(inner, fallback.ListenerConfig{SniffTimeout: lc.SniffTimeout, HandshakeTimeout: hs}),
 		set:       set,
 		handshake: hs,
@@ -91,7 +95,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // every other TCP client as plain TCP.
 type Listener struct {
 	fl        *fallback.Listener
-	slots     chan struct{} // one per handshake in progress
+	slots     *handshakeSlots
 	set       settings
 	handshake time.Duration
 
@@ -174,13 +178,14 @@ func (l *Listener) acceptLoop() {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			if !l.takeSlot() {
+			if !l.slots.take(a.Conn, l.done) {
 				l.untrack(a.Conn)
 				l.declineBusy(a.Conn)
 				return
 			}
-			defer func() { <-l.slots }() // after delivery: an accepted conn still holds its rings
+			defer l.slots.release(a.Conn) // after delivery: an accepted conn still holds its rings
 			c, err := l.negotiate(a.Conn, a.Hello)
+			l.slots.settle(a.Conn)
 			l.untrack(a.Conn)
 			if err != nil {
 				logHandshakeFailure("accept", a.Conn.RemoteAddr(), err)
@@ -192,31 +197,11 @@ func (l *Listener) acceptLoop() {
 	}
 }
 
-// takeSlot waits for a handshake slot, for half the handshake timeout (so
-// that a dialer waiting as long still hears why), and reports whether it
-// got one.
-func (l *Listener) takeSlot() bool {
-	select {
-	case l.slots <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(l.handshake / 2)
-	defer t.Stop()
-	select {
-	case l.slots <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-l.done:
-	}
-	return false
-}
-
 // declineBusy answers a dialer that found every handshake slot taken: it
 // is declined and served over TCP. The Decline is a few bytes on a new
 // connection and does not wait for the client.
 func (l *Listener) declineBusy(c net.Conn) {
-	reason := fmt.Sprintf("listener busy: %d rsock handshakes in progress", cap(l.slots))
+	reason := fmt.Sprintf("listener busy: %d rsock handshakes in progress", l.slots.size())
 	c.SetWriteDeadline(time.Now().Add(time.Second))
 	if err := fallback.WriteReply(c, fallback.Decline(reason)); err != nil {
 		c.Close()
@@ -354,7 +339,7 @@ func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip
 	if !reserveMemif() {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
 	}
-	dev, ep, err := connectOffer(hello, time.Now().Add(l.handshake), local, l.set.stream)
+	dev, ep, err := connectOffer(c, hello, time.Now().Add(l.handshake), local, l.set.stream)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
 	}

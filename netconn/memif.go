@@ -19,10 +19,13 @@ import (
 // link and device (a pair of rings is the connection's private wire).
 //
 // The socket is abstract, so that no file is left behind by a process
-// killed mid-handshake; it takes one client that knows the secret, and
-// closes as soon as that one connected or the handshake ended. Whoever
-// can read the TCP handshake could connect first; on one host that is
-// root, who could read the rings anyway.
+// killed mid-handshake; it takes one client, and closes as soon as that
+// one connected or the handshake ended. Each side checks the other's
+// process with SO_PEERCRED (internal/peercred): it must run as the owner
+// of the TCP peer's socket and hold that socket (found with sock_diag);
+// anyone else is closed before a message, and neither they nor clients
+// with a wrong secret end the offer. Only root (who could read the rings
+// anyway) or the peer process itself can get past that.
 //
 // When memif cannot be set up, the connection runs over udp with auto,
 // and over TCP with memif; FallbackReason says why. The memif link is
@@ -44,9 +47,6 @@ const (
 	// on both sides. It costs 2 MiB more address space per connection,
 	// mapped as used, and a process has at most maxMemifConns of them.
 	memifRingSize = 1 << 20
-	// memifAcceptTries bounds the failed memif handshakes (a wrong
-	// secret) that an offer outlives.
-	memifAcceptTries = 8
 )
 
 // maxMemifConns bounds the memif connections of a process: each has its

@@ -4,6 +4,7 @@ package netconn
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/internal/peercred"
 	"github.com/rsock-go/rsock/rsock"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
@@ -36,7 +38,8 @@ func memifConfig(ip netip.Addr, deadline time.Time) memif.Config {
 var dialMemif = memif.Dial
 
 // memifOffer is a dialer's offer of a memif link: a server socket that
-// accepts one client presenting the secret.
+// accepts one client, the process at the other end of the TCP connection,
+// presenting the secret.
 type memifOffer struct {
 	socket, secret string
 	ln             *memif.Listener
@@ -45,18 +48,25 @@ type memifOffer struct {
 	err            error         // why no link was accepted
 }
 
-// newMemifOffer listens on a fresh abstract socket with a fresh secret.
-func newMemifOffer(ip netip.Addr, deadline time.Time) (*memifOffer, error) {
-	var name [16]byte
-	var secret [11]byte
+// newMemifOffer listens on a fresh abstract socket with a fresh 128-bit
+// secret (22 characters of base64, within memif's 23) for the process at
+// the other end of the TCP connection tcp, found with sock_diag.
+func newMemifOffer(tcp net.Conn, ip netip.Addr, deadline time.Time) (*memifOffer, error) {
+	peer, err := peercred.ExpectTCPPeer(tcp)
+	if err != nil {
+		return nil, err
+	}
+	var name, secret [16]byte
 	rand.Read(name[:])
 	rand.Read(secret[:])
 	o := &memifOffer{
 		socket: "@rsock-memif-" + hex.EncodeToString(name[:]),
-		secret: hex.EncodeToString(secret[:]),
+		secret: base64.RawURLEncoding.EncodeToString(secret[:]),
 		done:   make(chan struct{}),
 	}
-	ln, err := memif.Listen(o.socket, o.secret, memifConfig(ip, deadline))
+	cfg := memifConfig(ip, deadline)
+	cfg.CheckPeer = func(c *net.UnixConn) error { return peer.Check(c) }
+	ln, err := memif.Listen(o.socket, o.secret, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -65,22 +75,13 @@ func newMemifOffer(ip netip.Addr, deadline time.Time) (*memifOffer, error) {
 	return o, nil
 }
 
-// accept takes the first client that completes the memif handshake; a
-// client with the wrong secret is refused and the offer stays open.
+// accept takes the first client that is the TCP peer's process and
+// completes the memif handshake. Other processes are refused before any
+// message, a client with the wrong secret is refused, and neither ends
+// the offer, which lasts until take's deadline or close.
 func (o *memifOffer) accept() {
 	defer close(o.done)
-	defer o.ln.Close()
-	for range memifAcceptTries {
-		l, err := o.ln.Accept()
-		if err == nil {
-			o.link = l
-			return
-		}
-		o.err = err
-		if errors.Is(err, net.ErrClosed) {
-			return
-		}
-	}
+	o.link, o.err = o.ln.AcceptOne()
 }
 
 // take returns the accepted link, waiting for it until deadline.
@@ -151,10 +152,18 @@ func acceptOffer(offer *memifOffer, deadline time.Time, local netip.Addr, stream
 }
 
 // connectOffer connects to a dialer's memif offer and makes an endpoint
-// on a device over it (the listener's side). It takes over the caller's
-// memif slot (reserveMemif).
-func connectOffer(hello *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
-	l, err := dialMemif(hello.MemifSocket, hello.MemifSecret, memifConfig(local, deadline))
+// on a device over it (the listener's side), if the offered socket's
+// server is the process at the other end of the TCP connection tcp. It
+// takes over the caller's memif slot (reserveMemif).
+func connectOffer(tcp net.Conn, hello *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	peer, err := peercred.ExpectTCPPeer(tcp)
+	if err != nil {
+		releaseMemif()
+		return nil, nil, err
+	}
+	cfg := memifConfig(local, deadline)
+	cfg.CheckPeer = func(c *net.UnixConn) error { return peer.Check(c) }
+	l, err := dialMemif(hello.MemifSocket, hello.MemifSecret, cfg)
 	if err != nil {
 		releaseMemif()
 		return nil, nil, err

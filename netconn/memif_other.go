@@ -4,6 +4,7 @@ package netconn
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"time"
 
@@ -17,7 +18,7 @@ var errNoMemif = errors.New("memif needs Linux (memfd, eventfd, abstract sockets
 // memifOffer is never made here.
 type memifOffer struct{ socket, secret string }
 
-func newMemifOffer(netip.Addr, time.Time) (*memifOffer, error) { return nil, errNoMemif }
+func newMemifOffer(net.Conn, netip.Addr, time.Time) (*memifOffer, error) { return nil, errNoMemif }
 
 func (o *memifOffer) close() {}
 
@@ -26,7 +27,7 @@ func acceptOffer(*memifOffer, time.Time, netip.Addr, rsock.Config) (*sharedDevic
 	return nil, nil, errNoMemif
 }
 
-func connectOffer(*fallback.Hello, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+func connectOffer(net.Conn, *fallback.Hello, time.Time, netip.Addr, rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	releaseMemif()
 	return nil, nil, errNoMemif
 }

@@ -4,13 +4,17 @@ package netconn
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -104,23 +108,50 @@ func TestMemifSetupFails(t *testing.T) {
 	}
 }
 
-// TestMemifOfferSecret: a client with the wrong secret is refused and the
-// offer stays open for the peer that has it; an offer nobody takes times
-// out.
+// tcpLoopback returns both ends of a TCP connection on loopback.
+func tcpLoopback(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// TestMemifOfferSecret: the secret is 128 random bits (22 characters of
+// base64url); clients with the wrong secret, however many, are refused
+// and the offer stays open for the peer that has it; an offer nobody
+// takes times out.
 func TestMemifOfferSecret(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
-	o, err := newMemifOffer(lo, time.Now().Add(5*time.Second))
+	tcp, _ := tcpLoopback(t) // this process holds the peer end
+	o, err := newMemifOffer(tcp, lo, time.Now().Add(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.close()
-	if !strings.HasPrefix(o.socket, "@") || len(o.secret) != 22 {
-		t.Fatalf("offer socket %q, secret of %d bytes", o.socket, len(o.secret))
+	if raw, err := base64.RawURLEncoding.DecodeString(o.secret); err != nil || len(raw) != 16 || len(o.secret) > memif.SecretLen-1 {
+		t.Fatalf("offer secret %q: %d bytes decoded (%v), want 16 in at most %d characters", o.secret, len(raw), err, memif.SecretLen-1)
+	}
+	if !strings.HasPrefix(o.socket, "@") {
+		t.Fatalf("offer socket %q", o.socket)
 	}
 	cfg := memifConfig(lo, time.Now().Add(5*time.Second))
-	if l, err := memif.Dial(o.socket, "not the secret", cfg); err == nil {
-		l.Close()
-		t.Fatal("a wrong secret connected")
+	for i := range 20 {
+		if l, err := memif.Dial(o.socket, fmt.Sprintf("wrong-secret-%d", i), cfg); err == nil {
+			l.Close()
+			t.Fatal("a wrong secret connected")
+		}
 	}
 	l, err := memif.Dial(o.socket, o.secret, cfg)
 	if err != nil {
@@ -136,7 +167,7 @@ func TestMemifOfferSecret(t *testing.T) {
 		t.Fatal("the offer took a second client")
 	}
 
-	idle, err := newMemifOffer(lo, time.Now().Add(5*time.Second))
+	idle, err := newMemifOffer(tcp, lo, time.Now().Add(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +175,120 @@ func TestMemifOfferSecret(t *testing.T) {
 	if _, err := idle.take(time.Now().Add(20 * time.Millisecond)); err == nil || !strings.Contains(err.Error(), "did not connect") {
 		t.Fatalf("take of an offer nobody took: %v", err)
 	}
+}
+
+// Environment of the memif attacker child (childEnv=memif-attack).
+const (
+	attackSocketEnv = "RSOCK_NETCONN_TEST_MEMIF_SOCKET"
+	attackSecretEnv = "RSOCK_NETCONN_TEST_MEMIF_SECRET"
+)
+
+// runMemifAttacker is a local process that learned a memif offer's
+// socket and secret: it connects and prints whether it got in.
+func runMemifAttacker() {
+	l, err := memif.Dial(os.Getenv(attackSocketEnv), os.Getenv(attackSecretEnv),
+		memif.Config{Log2RingSize: 4, HandshakeTimeout: 3 * time.Second})
+	if err != nil {
+		fmt.Println("refused:", err)
+		return
+	}
+	l.Close()
+	fmt.Println("connected")
+}
+
+// memifAttack runs runMemifAttacker in a child process, as nobody if
+// asked, and returns what it printed.
+func memifAttack(t *testing.T, socket, secret string, nobody bool) string {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=memif-attack", attackSocketEnv+"="+socket, attackSecretEnv+"="+secret)
+	if nobody {
+		cmd.Path = copyForNobody(t)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("child failed: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// copyForNobody copies the test binary where user nobody may run it.
+func copyForNobody(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "rsock-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "child")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestMemifOfferHostile: while the listener is about to connect to a
+// dialer's memif offer, local attackers get there first (the socket is
+// abstract, listed in /proc/net/unix): another process of the same user
+// and one running as nobody, both with the right secret (as if they had
+// read it off loopback), are refused by the peer-credential check; 20
+// clients with wrong secrets and 10 that connect and stall (from the
+// listener's own process, which passes that check) are refused or shed.
+// Then the listener connects and both ends are on memif. The old offer
+// took the first client with the secret and gave up after 8 wrong ones.
+func TestMemifOfferHostile(t *testing.T) {
+	var attacked []string
+	defer func(d func(string, string, memif.Config) (*memif.Link, error)) { dialMemif = d }(dialMemif)
+	dialMemif = func(socket, secret string, cfg memif.Config) (*memif.Link, error) {
+		if unix, err := os.ReadFile("/proc/net/unix"); err == nil && !strings.Contains(string(unix), socket[1:]) {
+			t.Errorf("offer %s not listed in /proc/net/unix", socket)
+		}
+		attacked = append(attacked, "same uid: "+memifAttack(t, socket, secret, false))
+		if os.Getuid() == 0 {
+			attacked = append(attacked, "nobody: "+memifAttack(t, socket, secret, true))
+		} else {
+			t.Log("not root: no attacker as nobody")
+		}
+		attack := memif.Config{Log2RingSize: 4, HandshakeTimeout: 2 * time.Second}
+		for i := range 20 {
+			if l, err := memif.Dial(socket, fmt.Sprintf("wrong-%d", i), attack); err == nil {
+				l.Close()
+				attacked = append(attacked, "wrong secret: connected")
+			}
+		}
+		for range 10 {
+			c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
+			if err != nil {
+				t.Errorf("stall: %v", err)
+				continue
+			}
+			defer c.Close()
+		}
+		return memif.Dial(socket, secret, cfg)
+	}
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
+	c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
+	defer c.Close()
+	defer s.Close()
+	for _, a := range attacked {
+		if !strings.Contains(a, "refused") {
+			t.Errorf("attacker: %s", a)
+		}
+	}
+	if len(attacked) == 0 {
+		t.Fatal("the listener never connected to the offer")
+	}
+	t.Logf("attackers: %q", attacked)
+	if transport(c) != trMemif || transport(s) != trMemif {
+		t.Fatalf("transports %q (%q), %q (%q), want memif", transport(c), c.(*Conn).FallbackReason(), transport(s), s.(*Conn).FallbackReason())
+	}
+	echoCheck(t, c, s, 64<<10)
 }
 
 // TestHostileMemifOffer: a Hello whose memif offer points at a socket

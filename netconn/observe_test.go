@@ -2,11 +2,14 @@ package netconn
 
 import (
 	"context"
-	"encoding/json"
 	"expvar"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -417,28 +420,35 @@ func TestFallbackKind(t *testing.T) {
 	}
 }
 
-// TestExpvar: the snapshot is published under "rsock" as JSON that lists
-// a live RDMA conn on its device.
-func TestExpvar(t *testing.T) {
+// TestNothingPublishedOnImport: importing netconn (and netconn/metrics)
+// publishes nothing through expvar and does not import expvar at all,
+// whose own init would serve /debug/vars on http.DefaultServeMux; the
+// snapshot names addresses and QPNs, and is served only where a program
+// mounts it. A live RDMA conn is open, so a lazy registration would show.
+func TestNothingPublishedOnImport(t *testing.T) {
 	ln := listen(t, ListenConfig{Provider: ProviderSoftRoCE})
 	c, s := connPair(t, ln, &Dialer{Provider: ProviderSoftRoCE})
 	defer c.Close()
 	defer s.Close()
-	v := expvar.Get(ExpvarName)
-	if v == nil {
-		t.Fatal("nothing published under " + ExpvarName)
+	expvar.Do(func(kv expvar.KeyValue) {
+		// This test binary imports expvar, which publishes these two.
+		if kv.Key != "cmdline" && kv.Key != "memstats" {
+			t.Errorf("%q is published through expvar: %.200s", kv.Key, kv.Value.String())
+		}
+	})
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		t.Skipf("no go tool to list the packages' imports: %v", err)
 	}
-	var st State
-	if err := json.Unmarshal([]byte(v.String()), &st); err != nil {
-		t.Fatalf("%v: %s", err, v.String())
-	}
-	local := addrPort(c.LocalAddr())
-	for _, d := range st.Devices {
-		for _, cs := range d.Conns {
-			if cs.Local == local && cs.Transport == transport(c) && cs.QPN != 0 {
-				return
+	for _, pkg := range []string{".", "./metrics"} {
+		out, err := exec.Command(goTool, "list", "-deps", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == "expvar" || dep == "net/http/pprof" {
+				t.Errorf("%s imports %s, which serves on http.DefaultServeMux by import", pkg, dep)
 			}
 		}
 	}
-	t.Errorf("conn %v not in the published devices: %s", local, v.String())
 }

@@ -12,8 +12,7 @@ import (
 )
 
 // State is the process-wide state of rsock: every device with its
-// counters and conns, the conns on TCP, and the fallbacks so far. It is
-// what expvar publishes under "rsock".
+// counters and conns, the conns on TCP, and the fallbacks so far.
 type State struct {
 	// Devices are the RDMA devices open now, by name.
 	Devices []DeviceState `json:"devices"`
@@ -49,6 +48,17 @@ type DeviceState struct {
 	// Conns are the open conns on the device.
 	Conns []ConnStats `json:"conns"`
 }
+
+// ExpvarName is the name to publish Snapshot under through expvar, as
+// rsockbench does and reads back ("rsockbench stat"). This package
+// publishes nothing itself and does not import expvar (whose import serves
+// /debug/vars on http.DefaultServeMux); the snapshot names addresses and
+// queue pairs, so serve it only where that is private:
+//
+//	expvar.Publish(netconn.ExpvarName, expvar.Func(func() any { return netconn.Snapshot() }))
+//
+// or serve package metrics' JSONHandler on a private mux.
+const ExpvarName = "rsock"
 
 // Fallback kinds: why a conn is on TCP, as a small fixed set for counting
 // and for metric labels (the reason itself is free text).

@@ -1,13 +1,19 @@
 // Package metrics serves rsock's process-wide state (netconn.Snapshot) in
 // Prometheus' text exposition format (version 0.0.4), without the
 // Prometheus client library: counters end in _total, every family has
-// HELP and TYPE lines, and label values are escaped.
+// HELP and TYPE lines, and label values are escaped. JSONHandler serves
+// the same state as JSON.
 //
-//	http.Handle("/metrics", metrics.Handler())
+// Nothing is served by importing a package of rsock: the state names
+// addresses and queue pairs, so mount these handlers on a mux that only
+// operators reach.
+//
+//	mux.Handle("/metrics", metrics.Handler())
 package metrics
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -26,6 +32,15 @@ func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ContentType)
 		Write(w, netconn.Snapshot())
+	})
+}
+
+// JSONHandler returns an http.Handler that serves netconn.Snapshot() as
+// JSON (the shape of netconn.State).
+func JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		json.NewEncoder(w).Encode(netconn.Snapshot())
 	})
 }
 

@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -174,4 +175,44 @@ func TestEscape(t *testing.T) {
 	if got := escapeHelp("a\\b\"c\nd"); got != `a\\b"c\nd` {
 		t.Errorf("escapeHelp: %q", got)
 	}
+}
+
+// TestJSONHandler serves the live state as JSON: it decodes as a
+// netconn.State that lists the RDMA conn open on its device.
+func TestJSONHandler(t *testing.T) {
+	ln, err := (&netconn.ListenConfig{Provider: netconn.ProviderSoftRoCE}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := (&netconn.Dialer{Provider: netconn.ProviderSoftRoCE}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(JSONHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st netconn.State
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().String()
+	for _, d := range st.Devices {
+		for _, cs := range d.Conns {
+			if cs.Local.String() == local && cs.QPN != 0 {
+				return
+			}
+		}
+	}
+	t.Errorf("conn %v not in the served devices: %+v", local, st)
 }

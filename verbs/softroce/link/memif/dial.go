@@ -26,6 +26,12 @@ func Dial(path, secret string, cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memif: connecting to %s: %w", path, err)
 	}
+	if c.CheckPeer != nil {
+		if err := c.CheckPeer(conn); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("memif: server of %s: %w", path, err)
+		}
+	}
 	ctrl := &control{c: conn}
 	l, err := clientHandshake(ctrl, secret, c, time.Now().Add(c.HandshakeTimeout))
 	if err != nil {

@@ -85,6 +85,27 @@ func (ln *Listener) Accept() (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memif: accept: %w", err)
 	}
+	if err := ln.checkPeer(conn); err != nil {
+		return nil, err
+	}
+	return ln.serve(conn)
+}
+
+// checkPeer vets a client with Config.CheckPeer, and closes it if it
+// fails.
+func (ln *Listener) checkPeer(conn *net.UnixConn) error {
+	if ln.cfg.CheckPeer == nil {
+		return nil
+	}
+	if err := ln.cfg.CheckPeer(conn); err != nil {
+		conn.Close()
+		return fmt.Errorf("memif: client refused: %w", err)
+	}
+	return nil
+}
+
+// serve runs the server side of the handshake on an accepted client.
+func (ln *Listener) serve(conn *net.UnixConn) (*Link, error) {
 	ctrl := &control{c: conn}
 	l, err := serverHandshake(ctrl, ln.secret, ln.cfg, time.Now().Add(ln.cfg.HandshakeTimeout))
 	if err != nil {

@@ -30,6 +30,7 @@ package memif
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -74,6 +75,12 @@ type Config struct {
 	// TxWait is how long Send waits for ring space before dropping a
 	// packet (DefaultTxWait if 0).
 	TxWait time.Duration
+	// CheckPeer, if set, vets the process at the other end of the control
+	// socket before any message is exchanged (with package
+	// internal/peercred, say): Dial fails with its error, and Accept and
+	// AcceptOne close the connection. The server's credentials are those
+	// it had when it listened, the client's those it had when it connected.
+	CheckPeer func(*net.UnixConn) error
 }
 
 func (c *Config) withDefaults() (Config, error) {
