@@ -27,7 +27,8 @@ type Dialer struct {
 	// Provider is auto, softroce, rdmacore or tcp; empty means
 	// $RSOCK_PROVIDER, else auto.
 	Provider string
-	// Link is the soft-RoCE link; empty means $RSOCK_LINK, else udp.
+	// Link is the link: auto, udp, memif or a registered one (dpdk);
+	// empty means $RSOCK_LINK, else auto (see ChoosePlan).
 	Link string
 	// Stream sizes the stream (ring size, receive depth, keep-alive).
 	Stream rsock.Config
@@ -68,7 +69,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 	if plainServers.IsPlain(address) {
 		c, err := d.dialPlain(ctx, network, address)
 		if err == nil {
-			c.(*Conn).reason = "the address answered like a plain TCP server recently, and is remembered as one for a few minutes"
+			c.(*Conn).fallback = fallbackf(FallbackPlainServer, SideDialer, "the address answered like a plain TCP server recently, and is remembered as one for a few minutes")
 		}
 		return c, err
 	}
@@ -97,7 +98,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 		}
 		pc, perr := d.dialPlain(ctx, network, address)
 		if perr == nil {
-			pc.(*Conn).reason = "the server did not complete the rsock handshake: " + err.Error()
+			pc.(*Conn).fallback = &FallbackError{Kind: FallbackPlainServer, Side: SideDialer, Err: fmt.Errorf("the server did not complete the rsock handshake: %w", err)}
 		}
 		return pc, perr
 	}
@@ -114,7 +115,7 @@ func (d *Dialer) dialPlain(ctx context.Context, network, address string) (net.Co
 	if err != nil {
 		return nil, err
 	}
-	return newTCPConn(c, ""), nil
+	return newTCPConn(c, nil), nil
 }
 
 // plainness says whether a server looked like a plain TCP server.
@@ -128,13 +129,16 @@ const (
 
 // negotiate runs the dialer's side of the handshake on c. It reports
 // whether the server looked plain; otherwise it returns a conn, on the TCP
-// path when RDMA is declined or cannot start.
+// path when the plan, the listener or the setup says so.
 func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Conn, plain plainness, _ error) {
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
 	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, why, err := acquireFor(set, local)
-	if err != nil {
-		return newTCPConn(c, err.Error()), notPlain, nil // no usable provider: plain TCP, no preface sent
+	// Step 1: the plan, before anything is sent. Without one the conn is
+	// plain TCP and no preface is sent.
+	in := planInput(set, SideDialer, local, remote)
+	plan, dev, fe := acquirePlanned(in)
+	if fe != nil {
+		return newTCPConn(c, fe), notPlain, nil
 	}
 	timeout := d.HandshakeTimeout
 	if timeout <= 0 {
@@ -150,48 +154,51 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 
 	// The preface goes first, so that the listener's sniff does not wait
 	// for the endpoint's setup.
+	var cleanup []func()
+	fail := func() {
+		for _, f := range cleanup {
+			f()
+		}
+		cleanup = nil
+	}
+	if dev != nil {
+		cleanup = append(cleanup, func() { releaseDevice(dev) })
+	}
 	if err := fallback.WritePreface(c); err != nil {
-		releaseDevice(dev)
+		fail()
 		return nil, notPlain, err
 	}
-	stream, err := streamConfig(set.stream, c)
-	var ep *rsock.Endpoint
-	if err == nil {
-		ep, err = rsock.NewEndpoint(dev.dev, dev.pd, stream)
+	var (
+		hello   *fallback.Hello
+		ep      *rsock.Endpoint
+		pending pendingOffer
+		err     error
+	)
+	if plan.Offer {
+		hello = offerHello(plan, local)
+		e, _ := lookupLink(plan.Link)
+		pending, err = e.ops.(offerer).offer(hello, local, deadline)
+		if err == nil {
+			cleanup = append(cleanup, pending.close)
+		}
+	} else {
+		var stream rsock.Config
+		stream, err = streamConfig(set.stream, plan, c)
+		if err == nil {
+			ep, err = rsock.NewEndpoint(dev.dev, dev.pd, stream)
+		}
+		if err == nil {
+			cleanup = append([]func(){func() { ep.Close() }}, cleanup...)
+			hello = helloFor(dev, ep.Params())
+		}
 	}
 	if err != nil {
 		// The listener waits for a Hello that will not come: start over
 		// on plain TCP.
-		releaseDevice(dev)
+		fail()
 		return nil, maybePlain, err
 	}
-	fail := func() { ep.Close(); releaseDevice(dev) }
-	hello := helloFor(dev, ep.Params())
-	var (
-		offer     *memifOffer
-		memifWhy  string // why a same-host connection is not on memif
-		wantMemif = set.memif() && sameHost(local, remote)
-	)
-	memifSlot := false // a slot from reserveMemif, until acceptOffer takes it
-	defer func() {
-		if memifSlot {
-			releaseMemif()
-		}
-	}()
-	if wantMemif && !reserveMemif() {
-		memifWhy = errMemifFull.Error()
-	} else if wantMemif {
-		memifSlot = true
-		if offer, err = newMemifOffer(local, deadline); err != nil {
-			memifWhy = err.Error()
-		} else {
-			defer offer.close()
-			hello.Capabilities |= fallback.CapMemif
-			hello.MemifSocket, hello.MemifSecret = offer.socket, offer.secret
-		}
-	} else if set.link == LinkMemif && set.wire == "" {
-		memifWhy = fmt.Sprintf("the peer %v is not on this host", remote)
-	}
+	defer fail()
 	werr := fallback.WriteHello(c, hello)
 	reply, err := fallback.ReadReply(c)
 	if werr != nil && err == nil {
@@ -200,7 +207,6 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 	if err != nil {
 		// A plain server may already have answered our preface and hung
 		// up, failing the Hello's write: what it said tells which.
-		fail()
 		if ctx.Err() != nil {
 			return nil, notPlain, ctx.Err()
 		}
@@ -223,60 +229,52 @@ func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Co
 	if !reply.Accept {
 		fail()
 		c.SetDeadline(time.Time{})
-		return newTCPConn(c, "declined by the listener: "+reply.Reason), notPlain, nil
+		return newTCPConn(c, fromDecline(reply.Reason, SideListener)), notPlain, nil
 	}
-	if reply.Hello.Link != LinkMemif && wantMemif && memifWhy == "" {
-		memifWhy = "the listener did not take the memif offer"
-		if reply.Reason != "" {
-			memifWhy = reply.Reason
-		}
-	}
+	// Step 3: check the listener's answer against the plan, and connect.
+	in.Peer, in.Offered = reply.Hello, &plan
 	var s *rsock.Stream
-	switch {
-	case reply.Hello.Link == LinkMemif && offer != nil:
-		// The listener connected to our offer: move to a queue pair on
-		// that link, and let the udp endpoint go.
-		var mdev *sharedDevice
-		var mep *rsock.Endpoint
-		memifSlot = false
-		mdev, mep, err = acceptOffer(offer, deadline, local, set.stream)
+	_, fe = choose(in)
+	if fe == nil && plan.Offer {
+		dev, ep, err = pending.accept(deadline, local, set.stream)
 		if err != nil {
-			err = fmt.Errorf("memif: %w", err)
-			break
+			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: fmt.Errorf("%s: %w", plan.Link, err)}
+		} else {
+			cleanup = append([]func(){func() { ep.Close(); releaseDevice(dev) }}, cleanup...)
 		}
-		fail()
-		dev, ep = mdev, mep
-		fail = func() { ep.Close(); releaseDevice(dev) }
-		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	case set.link == LinkMemif && set.wire == "":
-		err = errors.New("memif is required and not possible: " + memifWhy)
-	case compatible(dev, reply.Hello):
-		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	default:
-		err = fmt.Errorf("peer link %q is not compatible", reply.Hello.Link)
 	}
-	if err != nil {
-		// Tell the listener, and stay on TCP.
+	if fe == nil {
+		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+		if err != nil {
+			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: err}
+		}
+	}
+	if fe != nil {
+		// Tell the listener the kind, and stay on TCP.
 		fail()
-		if werr := fallback.WriteReply(c, fallback.Decline(err.Error())); werr != nil {
+		if werr := fallback.WriteReply(c, fallback.Decline(declineText(fe.Kind))); werr != nil {
 			return nil, notPlain, werr
 		}
 		c.SetDeadline(time.Time{})
-		return newTCPConn(c, err.Error()), notPlain, nil
+		return newTCPConn(c, fe), notPlain, nil
 	}
 	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
 		s.Abort(err)
 		s.Close()
 		releaseDevice(dev)
+		if pending != nil {
+			pending.close()
+		}
+		cleanup = nil
 		return nil, notPlain, err
+	}
+	cleanup = nil // the conn owns the stream and the device now
+	if pending != nil {
+		pending.close() // the offer's socket; its slot went to the device
 	}
 	c.SetDeadline(time.Time{})
 	conn := newRDMAConn(c, s, dev)
-	if memifWhy != "" {
-		conn.reason = "memif: " + memifWhy
-	} else if dev.dev.Link() != LinkMemif {
-		conn.reason = why // on memif, rdma-core was not wanted anyway
-	}
+	conn.fallback = plan.Note
 	return conn, notPlain, nil
 }
 

@@ -31,6 +31,9 @@ func memifConfig(ip netip.Addr, deadline time.Time) memif.Config {
 	}
 }
 
+// memifSupported: memif runs on Linux.
+func memifSupported() error { return nil }
+
 // dialMemif connects to a dialer's memif offer; tests replace it to make
 // it fail.
 var dialMemif = memif.Dial

@@ -17,6 +17,8 @@ var errNoMemif = errors.New("memif needs Linux (memfd, eventfd, abstract sockets
 // memifOffer is never made here.
 type memifOffer struct{ socket, secret string }
 
+func memifSupported() error { return errNoMemif }
+
 func newMemifOffer(netip.Addr, time.Time) (*memifOffer, error) { return nil, errNoMemif }
 
 func (o *memifOffer) close() {}
