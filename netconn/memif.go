@@ -9,6 +9,7 @@ import (
 
 	"github.com/rsock-go/rsock/fallback"
 	"github.com/rsock-go/rsock/rsock"
+	"github.com/rsock-go/rsock/verbs"
 )
 
 // Same-host connections over memif.
@@ -198,7 +199,7 @@ func offerHello(p Plan, local netip.Addr) *fallback.Hello {
 		Provider:     p.Provider,
 		Link:         p.Link,
 		GID:          gid,
-		UDPPort:      4791,
+		UDPPort:      verbs.RoCEv2Port,
 		QPN:          2,
 		MTU:          fallback.MaxMTU,
 		RingSize:     fallback.MinRingSize,

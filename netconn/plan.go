@@ -330,3 +330,24 @@ func checkPeerAddress(in PlanInput, h *fallback.Hello) *FallbackError {
 	}
 	return fallbackf(FallbackPeerAddress, in.Side, fmt.Sprintf("the peer's RoCE address %v is not its TCP address %v", gid, in.Remote.Unmap()))
 }
+
+// RoCELink returns the soft-RoCE link that a verbs-level endpoint talking
+// to a RoCE peer (an RNIC, rxe, perftest's programs) at peer runs on, from
+// local, for the link setting link (empty: $RSOCK_LINK, else auto). It is
+// ChoosePlan's answer to a peer that is an RDMA device: udp for auto, a
+// registered link (dpdk) that the setting names, and an error for a link
+// that cannot reach such a peer (memif).
+func RoCELink(link string, local, peer netip.Addr) (string, error) {
+	_, link, err := Settings(ProviderSoftRoCE, link)
+	if err != nil {
+		return "", err
+	}
+	in := PlanInput{Provider: ProviderSoftRoCE, Link: link, Local: local, Remote: peer, Side: SideDialer,
+		Peer: &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream, Provider: ProviderRDMACore,
+			Link: rdmacoreLink, GID: verbs.GIDFromAddr(peer)}}
+	p, err := ChoosePlan(in)
+	if err != nil {
+		return "", err
+	}
+	return p.Link, nil
+}

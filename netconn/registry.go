@@ -119,8 +119,8 @@ func lookupLink(name string) (linkEntry, bool) {
 		}
 	}
 	if _, ok := link.Lookup(name); ok {
-		// A registered link that is not in the table reaches only itself.
-		return linkEntry{name: name, provider: ProviderSoftRoCE, scope: scopeNetwork, byName: true, ops: registeredOps{}}, true
+		// A registered link carries RoCEv2 on a port of its own, as dpdk.
+		return linkEntry{name: name, provider: ProviderSoftRoCE, scope: scopeNetwork, roce: true, byName: true, ops: registeredOps{}}, true
 	}
 	return linkEntry{}, false
 }

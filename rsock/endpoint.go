@@ -110,7 +110,7 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 	_, sr := e.qp.(verbs.SelectiveRepeater)
 	e.params = Params{
 		GID:             port.GIDs[0],
-		UDPPort:         4791,
+		UDPPort:         verbs.RoCEv2Port,
 		QPN:             e.qp.QPN(),
 		PSN:             rand.Uint32() & 0xffffff,
 		MTU:             mtu.Bytes(),

@@ -134,7 +134,7 @@ func (e *endpoint) roceAddr() netip.AddrPort {
 }
 
 // roceUDPPort is RoCEv2's UDP port, where a device listens.
-const roceUDPPort = 4791
+const roceUDPPort = verbs.RoCEv2Port
 
 // counters returns the device's retransmit, timeout and RNR NAK counts
 // since the endpoint opened it (an RDMA device's include other users').
