@@ -88,8 +88,7 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 	}}); err != nil {
 		return nil, err
 	}
-	if err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+	if err = verbs.InitRC(e.qp, verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	// Receives may be posted from INIT on, so a fast peer never sees RNR.
