@@ -192,7 +192,9 @@ func chooseOffer(in PlanInput, same bool) (Plan, *FallbackError) {
 			if in.Provider == ProviderRDMACore {
 				return Plan{}, &FallbackError{Kind: FallbackSetup, Side: in.Side, Err: in.Host.RDMACore}
 			}
-			passed = append(passed, "rdmacore: "+in.Host.RDMACore.Error())
+			if rdmacoreNote(in) != nil { // not when the host has no RDMA, or the binary no rdmacore
+				passed = append(passed, "rdmacore: "+in.Host.RDMACore.Error())
+			}
 			continue
 		}
 		if !e.fast && !wantsSlow(in) {
