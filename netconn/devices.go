@@ -153,10 +153,9 @@ func openDevice(key deviceKey) (*sharedDevice, error) {
 }
 
 // deviceIP is the IP a device of a link is keyed by: none for a link with
-// its own address (one per process: dpdk, a memif wire).
+// its own address (a registered link: one port per process).
 func deviceIP(ops any, ip netip.Addr) netip.Addr {
-	switch ops.(type) {
-	case registeredOps, wireOps:
+	if _, ok := ops.(registeredOps); ok {
 		return netip.Addr{}
 	}
 	return ip.Unmap()

@@ -37,7 +37,7 @@ import (
 //   - A same-host link is offered only to, and taken only from, a peer on
 //     this host (loopback or the same IP), and only as an offer this
 //     package makes (an abstract socket named @rsock-memif-...).
-//   - A RoCE peer's GID must be the address the TCP connection reached
+//   - A RoCE (or memif wire) peer's GID must be the address the TCP connection reached
 //     (after unmapping IPv4-mapped addresses), both ways; the RoCE
 //     traffic of a connection goes nowhere else (FallbackPeerAddress).
 //   - A setting that names a link is kept: the connection runs on it or on
@@ -264,6 +264,9 @@ func chooseAnswer(in PlanInput, same bool) (Plan, *FallbackError) {
 		if in.Wire == "" || in.Provider == ProviderRDMACore {
 			return Plan{}, fallbackf(FallbackSetup, in.Side, "link \"memif\" (a memif wire) is not configured on this listener")
 		}
+		if fe := checkPeerAddress(in, h); fe != nil {
+			return Plan{}, fe
+		}
 		return Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Wire: in.Wire}, nil
 	case !known || !peerLink.roce:
 		return Plan{}, fallbackf(FallbackSetup, in.Side, fmt.Sprintf("link %q is not supported", h.Link))
@@ -311,6 +314,9 @@ func chooseConfirm(in PlanInput) (Plan, *FallbackError) {
 	case p.Wire != "":
 		if h.Link != LinkMemif {
 			return Plan{}, fallbackf(FallbackSetup, in.Side, fmt.Sprintf("peer link %q is not compatible", h.Link))
+		}
+		if fe := checkPeerAddress(in, h); fe != nil {
+			return Plan{}, fe
 		}
 		return p, nil
 	}

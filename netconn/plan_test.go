@@ -137,6 +137,9 @@ func planHello(kind string, remote netip.Addr) *fallback.Hello {
 		h.Link = "pipe"
 	case "wire":
 		h.Link = LinkMemif
+	case "wire-victim":
+		h.Link = LinkMemif
+		h.GID = verbs.GIDFromAddr(netip.MustParseAddr("10.9.9.9"))
 	default:
 		panic(kind)
 	}
@@ -208,6 +211,7 @@ func TestPlanConfirm(t *testing.T) {
 		{Plan{Provider: ProviderSoftRoCE, Link: LinkUDP}, "pipe", "-setup"},
 		{Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Wire: "/run/wire.sock"}, "wire", "memif@wire"},
 		{Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Wire: "/run/wire.sock"}, "udp", "-setup"},
+		{Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Wire: "/run/wire.sock"}, "wire-victim", "-peer_address"},
 	} {
 		in := planIn("auto/auto", 7, SideDialer)
 		offered := tc.offered
@@ -263,7 +267,7 @@ func TestPlanWire(t *testing.T) {
 		t.Errorf("dial: %s", got)
 	}
 	in.Side = SideListener
-	for kind, want := range map[string]string{"wire": "memif@wire", "udp": "-setup", "memif-offer": "-not_same_host"} {
+	for kind, want := range map[string]string{"wire": "memif@wire", "udp": "-setup", "memif-offer": "-not_same_host", "wire-victim": "-peer_address"} {
 		in.Peer = planHello(kind, in.Remote)
 		if got := outcome(ChoosePlan(in)); got != want {
 			t.Errorf("accept %s: %s, want %s", kind, got, want)
