@@ -17,21 +17,26 @@ const (
 	ProviderTCP      = "tcp"
 )
 
-// Link names: which soft-RoCE link carries a connection's packets.
+// Link names: which link carries a connection's packets.
 const (
-	// LinkAuto uses memif when both ends are on the same host and udp
-	// otherwise; the handshake says which.
+	// LinkAuto picks, per connection, a link faster than TCP on its path
+	// (see ChoosePlan): memif on one host, an rdma-core device's port,
+	// else TCP; with provider softroce, udp between hosts.
 	LinkAuto = "auto"
-	// LinkUDP uses a kernel UDP socket.
+	// LinkUDP uses a kernel UDP socket (soft-RoCE over the kernel's UDP):
+	// it reaches RNICs and rxe, and is slower than TCP.
 	LinkUDP = "udp"
-	// LinkMemif uses shared-memory memif rings between the two processes,
-	// and falls back to TCP (not udp) when memif cannot be set up.
+	// LinkMemif uses shared-memory memif rings between the two processes
+	// of one host, and falls back to TCP (not udp) when memif cannot be
+	// set up.
 	LinkMemif = "memif"
 )
 
 // Environment variables read when the config leaves a knob empty.
 const (
 	EnvProvider = "RSOCK_PROVIDER"
+	// EnvLink is the link setting, RSOCK_LINK, of netconn and of
+	// rsockbench's modes.
 	EnvLink     = "RSOCK_LINK"
 	EnvRingSize = "RSOCK_RING_SIZE"
 	// EnvMemifWire names an external memif server socket (a virtual wire
@@ -50,6 +55,15 @@ type settings struct {
 	// wire is the external memif server that the shared devices connect
 	// to ($RSOCK_MEMIF_WIRE), or "".
 	wire string
+}
+
+// Settings returns the provider and link that a Dialer or ListenConfig
+// with these fields runs with: empty fields from the environment
+// (RSOCK_PROVIDER, RSOCK_LINK), else auto; an error for a name this
+// binary does not know.
+func Settings(provider, link string) (resolvedProvider, resolvedLink string, err error) {
+	set, err := resolve(provider, link, rsock.Config{})
+	return set.provider, set.link, err
 }
 
 // resolve fills empty knobs from the environment and checks them.
@@ -71,12 +85,8 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 	if link == "" {
 		link = LinkAuto
 	}
-	switch link {
-	case LinkAuto, LinkUDP, LinkMemif:
-	default:
-		if err := checkRegistered(link); err != nil {
-			return settings{}, err
-		}
+	if err := checkLink(link); err != nil {
+		return settings{}, err
 	}
 	if stream.RingSize == 0 {
 		if v := os.Getenv(EnvRingSize); v != "" {
@@ -103,25 +113,3 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 
 // rdma reports whether RDMA is to be tried at all.
 func (s settings) rdma() bool { return s.provider != ProviderTCP }
-
-// memif reports whether a same-host connection should try memif: a
-// soft-RoCE link choice other than udp.
-func (s settings) memif() bool {
-	return s.wire == "" && (s.link == LinkAuto || s.link == LinkMemif) && (s.provider == ProviderAuto || s.provider == ProviderSoftRoCE)
-}
-
-// sharedLink names the link of the devices connections share: udp, a
-// registered link (dpdk), or the external memif wire.
-func (s settings) sharedLink() string {
-	if registered(s.link) {
-		return s.link
-	}
-	if s.wire != "" {
-		return linkWirePrefix + s.wire
-	}
-	return LinkUDP
-}
-
-// linkWirePrefix starts the registry's link name of a device on an
-// external memif wire; the socket path follows.
-const linkWirePrefix = "memif-wire:"

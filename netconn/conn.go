@@ -19,7 +19,7 @@ type Conn struct {
 	stream    *rsock.Stream // nil on the TCP path
 	dev       *sharedDevice // nil on the TCP path
 	transport string
-	reason    string // why a conn that tried RDMA is on TCP
+	fallback  *FallbackError // why a conn that tried RDMA is on TCP (or, on RDMA, why a faster link was passed over)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -40,8 +40,10 @@ const peerGoneGrace = time.Second
 // peer closing the stream.
 var errPeerGone = fmt.Errorf("netconn: the peer's control connection closed: %w", syscall.ECONNRESET)
 
-func newTCPConn(c net.Conn, reason string) *Conn {
-	return register(&Conn{tcp: c, transport: "tcp", reason: reason})
+// newTCPConn makes a conn on the TCP path; why is nil for a conn that
+// never tried RDMA.
+func newTCPConn(c net.Conn, why *FallbackError) *Conn {
+	return register(&Conn{tcp: c, transport: "tcp", fallback: why})
 }
 
 func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {
@@ -69,7 +71,23 @@ func (c *Conn) watchControl() {
 
 // FallbackReason says why a connection is on TCP: empty on RDMA, and for
 // a dialer or client that never tried (provider tcp, a plain client).
-func (c *Conn) FallbackReason() string { return c.reason }
+// It is the text of FallbackError.
+func (c *Conn) FallbackReason() string {
+	if c.fallback == nil {
+		return ""
+	}
+	return c.fallback.Error()
+}
+
+// FallbackError returns why the connection is on TCP (or, on RDMA, why a
+// faster link was passed over) as a *FallbackError, or nil: use errors.As
+// to read its Kind and Side.
+func (c *Conn) FallbackError() error {
+	if c.fallback == nil {
+		return nil
+	}
+	return c.fallback
+}
 
 // Transport reports the path: "rdma/<provider>/<link>" or "tcp".
 func (c *Conn) Transport() string { return c.transport }

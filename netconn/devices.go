@@ -1,13 +1,11 @@
 package netconn
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
-	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
 // Devices are shared by the connections of the process that use the same
@@ -58,10 +55,6 @@ var registry = struct {
 // devicesOpened counts the devices opened so far, to name them.
 var devicesOpened atomic.Int64
 
-// errNoRDMACore is the provider failure when rdma-core support is not
-// compiled in.
-var errNoRDMACore = errors.New("netconn: the rdmacore provider is not built into this binary")
-
 // acquireDevice returns a device for a provider choice and local IP: the
 // one with the fewest connections, or a new one (see maxDevices). Release
 // it with releaseDevice. The registry is not locked while a device opens
@@ -76,12 +69,14 @@ func acquireDevice(provider, link string, ip netip.Addr) (*sharedDevice, error) 
 			return nil, errNoRDMACore
 		}
 	}
-	key := deviceKey{provider, link, deviceIP(link, ip)}
+	ops := opsFor(provider, link)
+	if _, ok := ops.(deviceOpener); !ok {
+		return nil, fmt.Errorf("netconn: no shared device for provider %s on link %q", provider, link)
+	}
+	key := deviceKey{provider, link, deviceIP(ops, ip)}
 	limit := maxDevices()
-	if strings.HasPrefix(link, linkWirePrefix) || registered(link) || provider == ProviderRDMACore {
-		// A wire is one memif connection, a registered link one port, and
-		// an RNIC serves every QP from one context.
-		limit = 1
+	if l, ok := ops.(deviceLimiter); ok {
+		limit = l.deviceLimit()
 	}
 	for {
 		registry.Lock()
@@ -150,32 +145,46 @@ func (d *sharedDevice) ref() *sharedDevice {
 	return d
 }
 
-// openDevice opens a device for key, with one reference. The caller does
-// not hold registry.
+// openDevice opens a device for key, with one reference, through its
+// link's ops. The caller does not hold registry.
 func openDevice(key deviceKey) (*sharedDevice, error) {
-	if wire, ok := strings.CutPrefix(key.link, linkWirePrefix); ok {
-		return openWireDevice(key, wire)
+	return opsFor(key.provider, key.link).(deviceOpener).openDevice(key)
+}
+
+// deviceIP is the IP a device of a link is keyed by: none for a link with
+// its own address (a registered link: one port per process).
+func deviceIP(ops any, ip netip.Addr) netip.Addr {
+	if _, ok := ops.(registeredOps); ok {
+		return netip.Addr{}
 	}
-	if key.provider == ProviderRDMACore {
-		return openRDMACore(key)
-	}
-	if registered(key.link) {
-		return openRegisteredDevice(key)
-	}
-	l, err := listenLink(udp.Config{Addr: netip.AddrPortFrom(key.ip, 0)})
-	if err != nil {
-		return nil, fmt.Errorf("netconn: soft-RoCE link on %v: %w", key.ip, err)
-	}
-	name := fmt.Sprintf("softroce%d-%v", devicesOpened.Add(1)-1, key.ip)
-	// As rxe does, the device's MTU is its interface's (the link has no
-	// netdev of its own); each connection may lower it to its route's.
-	mtu := verbs.MTU4096
-	if ifMTU, err := udp.InterfaceMTU(key.ip); err == nil {
-		if m, err := softroce.MTUForIP(ifMTU, !key.ip.Is4()); err == nil {
-			mtu = m
+	return ip.Unmap()
+}
+
+// CloseIdleDevices closes at once the devices that no connection uses
+// (instead of after their linger time), so that a program about to exit
+// releases them: a DPDK port cleans its environment up only when it
+// closes.
+func CloseIdleDevices() {
+	registry.Lock()
+	var idle []*sharedDevice
+	for _, devs := range registry.devs {
+		for _, d := range devs {
+			if d.refs == 0 {
+				idle = append(idle, d)
+			}
 		}
 	}
-	return newDevice(key, name, l, mtu)
+	for _, d := range idle {
+		if d.timer != nil {
+			d.timer.Stop()
+			d.timer = nil
+		}
+		removeLocked(d)
+	}
+	registry.Unlock()
+	for _, d := range idle {
+		d.dev.Close()
+	}
 }
 
 // newDevice opens a soft-RoCE device for streams over l, with one
@@ -196,9 +205,6 @@ func newDevice(key deviceKey, name string, l link.Link, mtu verbs.MTU) (*sharedD
 func shareDevice(key deviceKey, dev verbs.Device) *sharedDevice {
 	return &sharedDevice{key: key, dev: dev, refs: 1}
 }
-
-// listenLink opens a device's link; tests replace it to make it fail.
-var listenLink = func(cfg udp.Config) (link.Link, error) { return udp.Listen(cfg) }
 
 // releaseDevice drops a reference; the last one closes the device after
 // deviceLinger. A device is taken out of the registry under its lock and
@@ -276,13 +282,19 @@ func Counters() verbs.Counters {
 	return c
 }
 
-// streamConfig returns the stream configuration for a connection between
-// the IPs of c, its path MTU capped to the route's: the route's IP MTU
-// less RoCEv2's headers. It fails when the route cannot carry RoCEv2.
-func streamConfig(base rsock.Config, c net.Conn) (rsock.Config, error) {
+// streamConfig returns the stream configuration of a connection on plan
+// p between the IPs of c: for a link whose device MTU is its interface's
+// (udp), the path MTU capped to the route's, the route's IP MTU less
+// RoCEv2's headers. It fails when the route cannot carry RoCEv2.
+func streamConfig(base rsock.Config, p Plan, c net.Conn) (rsock.Config, error) {
+	e, _ := lookupLink(p.Link)
+	pm, ok := e.ops.(pathMTUer)
+	if !ok || p.Wire != "" || p.Provider != e.provider {
+		return base, nil
+	}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	ipMTU, err := udp.RouteMTU(local, remote)
+	ipMTU, err := pm.pathMTU(local, remote)
 	if err != nil {
 		return base, nil // the device's (interface) MTU applies
 	}

@@ -27,7 +27,8 @@ type Dialer struct {
 	// Provider is auto, softroce, rdmacore or tcp; empty means
 	// $RSOCK_PROVIDER, else auto.
 	Provider string
-	// Link is the soft-RoCE link; empty means $RSOCK_LINK, else udp.
+	// Link is the link: auto, udp, memif or a registered one (dpdk);
+	// empty means $RSOCK_LINK, else auto (see ChoosePlan).
 	Link string
 	// Stream sizes the stream (ring size, receive depth, keep-alive).
 	Stream rsock.Config
@@ -68,7 +69,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 	if plainServers.IsPlain(address) {
 		c, err := d.dialPlain(ctx, network, address)
 		if err == nil {
-			c.(*Conn).reason = "the address answered like a plain TCP server recently, and is remembered as one for a few minutes"
+			c.(*Conn).fallback = fallbackf(FallbackPlainServer, SideDialer, "the address answered like a plain TCP server recently, and is remembered as one for a few minutes")
 		}
 		return c, err
 	}
@@ -97,7 +98,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 		}
 		pc, perr := d.dialPlain(ctx, network, address)
 		if perr == nil {
-			pc.(*Conn).reason = "the server did not complete the rsock handshake: " + err.Error()
+			pc.(*Conn).fallback = &FallbackError{Kind: FallbackPlainServer, Side: SideDialer, Err: fmt.Errorf("the server did not complete the rsock handshake: %w", err)}
 		}
 		return pc, perr
 	}
@@ -114,7 +115,7 @@ func (d *Dialer) dialPlain(ctx context.Context, network, address string) (net.Co
 	if err != nil {
 		return nil, err
 	}
-	return newTCPConn(c, ""), nil
+	return newTCPConn(c, nil), nil
 }
 
 // plainness says whether a server looked like a plain TCP server.
@@ -126,158 +127,187 @@ const (
 	maybePlain            // it hung up or stayed silent
 )
 
-// negotiate runs the dialer's side of the handshake on c. It reports
-// whether the server looked plain; otherwise it returns a conn, on the TCP
-// path when RDMA is declined or cannot start.
+// negotiate runs the dialer's side of the handshake on c, as the plan's
+// steps 1 and 3 (see ChoosePlan). It reports whether the server looked
+// plain; otherwise it returns a conn, on the TCP path when the plan, the
+// listener or the setup says so.
 func (d *Dialer) negotiate(ctx context.Context, c net.Conn, set settings) (_ *Conn, plain plainness, _ error) {
+	h := &dialHandshake{c: c, set: set}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
 	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	dev, why, err := acquireFor(set, local)
-	if err != nil {
-		return newTCPConn(c, err.Error()), notPlain, nil // no usable provider: plain TCP, no preface sent
+	h.in = planInput(set, SideDialer, local, remote)
+	// Step 1, before anything is sent: without a plan the conn is plain
+	// TCP, and no preface goes out.
+	var fe *FallbackError
+	if h.plan, h.dev, fe = acquirePlanned(h.in); fe != nil {
+		return newTCPConn(c, fe), notPlain, nil
 	}
+	defer h.release()
 	timeout := d.HandshakeTimeout
 	if timeout <= 0 {
 		timeout = DefaultHandshakeTimeout
 	}
-	deadline := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+	h.deadline = time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(h.deadline) {
+		h.deadline = dl
 	}
-	c.SetDeadline(deadline)
+	c.SetDeadline(h.deadline)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-
 	// The preface goes first, so that the listener's sniff does not wait
 	// for the endpoint's setup.
 	if err := fallback.WritePreface(c); err != nil {
-		releaseDevice(dev)
 		return nil, notPlain, err
 	}
-	stream, err := streamConfig(set.stream, c)
-	var ep *rsock.Endpoint
-	if err == nil {
-		ep, err = rsock.NewEndpoint(dev.dev, stream)
-	}
+	hello, err := h.endpoint()
 	if err != nil {
 		// The listener waits for a Hello that will not come: start over
 		// on plain TCP.
-		releaseDevice(dev)
 		return nil, maybePlain, err
 	}
-	fail := func() { ep.Close(); releaseDevice(dev) }
-	hello := helloFor(dev, ep.Params())
-	var (
-		offer     *memifOffer
-		memifWhy  string // why a same-host connection is not on memif
-		wantMemif = set.memif() && sameHost(local, remote)
-	)
-	memifSlot := false // a slot from reserveMemif, until acceptOffer takes it
-	defer func() {
-		if memifSlot {
-			releaseMemif()
-		}
-	}()
-	if wantMemif && !reserveMemif() {
-		memifWhy = errMemifFull.Error()
-	} else if wantMemif {
-		memifSlot = true
-		if offer, err = newMemifOffer(c, local, deadline); err != nil {
-			memifWhy = err.Error()
-		} else {
-			defer offer.close()
-			hello.Capabilities |= fallback.CapMemif
-			hello.MemifSocket, hello.MemifSecret = offer.socket, offer.secret
-		}
-	} else if set.link == LinkMemif && set.wire == "" {
-		memifWhy = fmt.Sprintf("the peer %v is not on this host", remote)
+	reply, plain, err := exchange(ctx, c, hello)
+	if err != nil {
+		return nil, plain, err
 	}
+	if !reply.Accept {
+		h.release()
+		c.SetDeadline(time.Time{})
+		return newTCPConn(c, fromDecline(reply.Reason, SideListener)), notPlain, nil
+	}
+	conn, err := h.confirm(reply.Hello)
+	return conn, notPlain, err
+}
+
+// dialHandshake is a dialer's handshake in progress: its plan and what it
+// holds until the conn owns it.
+type dialHandshake struct {
+	c        net.Conn
+	set      settings
+	in       PlanInput
+	plan     Plan
+	deadline time.Time
+	dev      *sharedDevice   // the plan's device (a shared one), or the offer's once taken
+	ep       *rsock.Endpoint // the queue pair on dev
+	pending  pendingOffer    // a same-host offer, until the handshake ends
+}
+
+// release gives back what the handshake holds.
+func (h *dialHandshake) release() {
+	if h.ep != nil {
+		h.ep.Close() // a no-op once a stream owns it
+		h.ep = nil
+	}
+	if h.dev != nil {
+		releaseDevice(h.dev)
+		h.dev = nil
+	}
+	if h.pending != nil {
+		h.pending.close()
+		h.pending = nil
+	}
+}
+
+// endpoint makes what the Hello describes: the same-host offer, or a
+// queue pair on the plan's device.
+func (h *dialHandshake) endpoint() (*fallback.Hello, error) {
+	if h.plan.Offer {
+		hello := offerHello(h.plan, h.in.Local)
+		e, _ := lookupLink(h.plan.Link)
+		p, err := e.ops.(offerer).offer(h.c, hello, h.in.Local, h.deadline)
+		if err != nil {
+			return nil, err
+		}
+		h.pending = p
+		return hello, nil
+	}
+	stream, err := streamConfig(h.set.stream, h.plan, h.c)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := rsock.NewEndpoint(h.dev.dev, stream)
+	if err != nil {
+		return nil, err
+	}
+	h.ep = ep
+	return helloFor(h.dev, ep.Params()), nil
+}
+
+// exchange sends the Hello and reads the listener's answer. On failure it
+// says whether the server looked like a plain TCP server: a plain server
+// may already have answered our preface and hung up, failing the Hello's
+// write, and what it said tells which.
+func exchange(ctx context.Context, c net.Conn, hello *fallback.Hello) (*fallback.Reply, plainness, error) {
 	werr := fallback.WriteHello(c, hello)
 	reply, err := fallback.ReadReply(c)
 	if werr != nil && err == nil {
 		err = werr // it answered, but did not read our Hello
 	}
-	if err != nil {
-		// A plain server may already have answered our preface and hung
-		// up, failing the Hello's write: what it said tells which.
-		fail()
-		if ctx.Err() != nil {
-			return nil, notPlain, ctx.Err()
-		}
-		var ne net.Error
-		switch {
-		case errors.Is(err, fallback.ErrEcho):
-			// Our own preface came back: a plain echo server, or an rsock
-			// listener whose sniff gave up before our preface arrived (it
-			// serves us as plain TCP). Only the first is worth remembering,
-			// so remember neither.
-			return nil, maybePlain, err
-		case errors.Is(err, fallback.ErrNotRsock) || errors.Is(err, fallback.ErrVersion):
-			return nil, provenPlain, err
-		case errors.As(err, &ne) && ne.Timeout() || isEOF(err) ||
-			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
-			return nil, maybePlain, err
-		}
-		return nil, notPlain, err
+	if err == nil {
+		return reply, notPlain, nil
 	}
-	if !reply.Accept {
-		fail()
-		c.SetDeadline(time.Time{})
-		return newTCPConn(c, "declined by the listener: "+reply.Reason), notPlain, nil
+	if ctx.Err() != nil {
+		return nil, notPlain, ctx.Err()
 	}
-	if reply.Hello.Link != LinkMemif && wantMemif && memifWhy == "" {
-		memifWhy = "the listener did not take the memif offer"
-		if reply.Reason != "" {
-			memifWhy = reply.Reason
+	var ne net.Error
+	switch {
+	case errors.Is(err, fallback.ErrEcho):
+		// Our own preface came back: a plain echo server, or an rsock
+		// listener whose sniff gave up before our preface arrived (it
+		// serves us as plain TCP). Only the first is worth remembering,
+		// so remember neither.
+		return nil, maybePlain, err
+	case errors.Is(err, fallback.ErrNotRsock) || errors.Is(err, fallback.ErrVersion):
+		return nil, provenPlain, err
+	case errors.As(err, &ne) && ne.Timeout() || isEOF(err) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		return nil, maybePlain, err
+	}
+	return nil, notPlain, err
+}
+
+// confirm is the plan's step 3: it checks the listener's Accept against
+// the plan, connects the queue pair (on the offered link, once the
+// listener connected to it), and confirms; or declines, naming only the
+// kind, and stays on TCP.
+func (h *dialHandshake) confirm(peer *fallback.Hello) (*Conn, error) {
+	h.in.Peer, h.in.Offered = peer, &h.plan
+	_, fe := choose(h.in)
+	if fe == nil && h.plan.Offer {
+		dev, ep, err := h.pending.accept(h.deadline, h.in.Local, h.set.stream)
+		if err != nil {
+			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: fmt.Errorf("%s: %w", h.plan.Link, err)}
+		} else {
+			h.dev, h.ep = dev, ep
 		}
 	}
 	var s *rsock.Stream
-	switch {
-	case reply.Hello.Link == LinkMemif && offer != nil:
-		// The listener connected to our offer: move to a queue pair on
-		// that link, and let the udp endpoint go.
-		var mdev *sharedDevice
-		var mep *rsock.Endpoint
-		memifSlot = false
-		mdev, mep, err = acceptOffer(offer, deadline, local, set.stream)
+	if fe == nil {
+		var err error
+		s, err = h.ep.Connect(paramsOf(peer), rsock.ConnectOptions{Net: "tcp", LocalAddr: h.c.LocalAddr(), RemoteAddr: h.c.RemoteAddr()})
 		if err != nil {
-			err = fmt.Errorf("memif: %w", err)
-			break
+			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: err}
 		}
-		fail()
-		dev, ep = mdev, mep
-		fail = func() { ep.Close(); releaseDevice(dev) }
-		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	case set.link == LinkMemif && set.wire == "":
-		err = errors.New("memif is required and not possible: " + memifWhy)
-	case compatible(dev, reply.Hello):
-		s, err = ep.Connect(paramsOf(reply.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
-	default:
-		err = fmt.Errorf("peer link %q is not compatible", reply.Hello.Link)
 	}
-	if err != nil {
-		// Tell the listener, and stay on TCP.
-		fail()
-		if werr := fallback.WriteReply(c, fallback.Decline(err.Error())); werr != nil {
-			return nil, notPlain, werr
+	if fe != nil {
+		h.release()
+		if err := fallback.WriteReply(h.c, fallback.Decline(declineText(fe.Kind))); err != nil {
+			return nil, err
 		}
-		c.SetDeadline(time.Time{})
-		return newTCPConn(c, err.Error()), notPlain, nil
+		h.c.SetDeadline(time.Time{})
+		return newTCPConn(h.c, fe), nil
 	}
-	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
+	if err := fallback.WriteReply(h.c, &fallback.Reply{Accept: true, Hello: helloFor(h.dev, h.ep.Params())}); err != nil {
 		s.Abort(err)
 		s.Close()
-		releaseDevice(dev)
-		return nil, notPlain, err
+		return nil, err // release gives the device back
 	}
-	c.SetDeadline(time.Time{})
-	conn := newRDMAConn(c, s, dev)
-	if memifWhy != "" {
-		conn.reason = "memif: " + memifWhy
-	} else if dev.dev.Link() != LinkMemif {
-		conn.reason = why // on memif, rdma-core was not wanted anyway
-	}
-	return conn, notPlain, nil
+	dev := h.dev
+	h.dev, h.ep = nil, nil // the conn's now
+	h.release()            // the offer's socket; its slot went to the device
+	h.c.SetDeadline(time.Time{})
+	conn := newRDMAConn(h.c, s, dev)
+	conn.fallback = h.plan.Note
+	return conn, nil
 }
 
 // isEOF reports an end of stream before a full reply: a plain server that

@@ -10,32 +10,64 @@
 //	lc := netconn.ListenConfig{}; lc.Listen(ctx, "tcp", ":8080")
 //
 // Every conn is a *Conn; Transport reports "rdma/<provider>/<link>" (for
-// example "rdma/softroce/udp") or "tcp".
+// example "rdma/softroce/memif") or "tcp", and FallbackReason (the text of
+// FallbackError, a *FallbackError with a Kind and a Side) says why a conn
+// that could have run on RDMA runs on TCP.
 //
-// How a connection is made: the dialer connects over TCP and sends a
-// versioned preface and a Hello with its queue pair and receive ring
-// (package fallback). The listener sniffs every accepted connection: a
-// plain TCP client (curl, a plain net.Dial) is served as plain TCP with
-// the sniffed bytes replayed; an rsock dialer is answered Accept, with the
-// listener's parameters, or Decline. After the handshake the TCP
-// connection stays open as the liveness channel: when the peer process
-// dies its kernel closes the socket and the stream fails at once. Data
-// goes over RDMA. A dialer that reaches a plain TCP server reconnects
+// What a connection runs on is decided by one pure function, ChoosePlan,
+// from the settings, the two addresses, what the host has (an rdma-core
+// device, a free memif slot) and the peer's Hello. By default (auto) it
+// never runs slower than TCP: on one host, memif (shared-memory rings
+// between the two processes); between hosts, an rdma-core device with a
+// RoCEv2 GID for the local address at both ends; else TCP, with the
+// reason FallbackNoFastPath. Soft-RoCE over the kernel's UDP is slower
+// than TCP and runs only when a setting names it (RSOCK_LINK=udp, or
+// RSOCK_PROVIDER=softroce between hosts), or for a dialer that asks for it
+// (an rdma-core device, or one whose RSOCK_LINK is udp).
+//
+// How a connection is made: the dialer plans before it acquires any
+// device. On TCP it sends nothing of its own. Otherwise it connects over
+// TCP and sends a versioned preface and a Hello with its queue pair and
+// receive ring, or (on one host) its memif offer (package fallback). The
+// listener sniffs every accepted connection: a plain TCP client (curl, a
+// plain net.Dial) is served as plain TCP with the sniffed bytes replayed;
+// an rsock dialer is answered Accept, with the listener's parameters, or
+// Decline, which names only the kind of the reason. After the handshake
+// the TCP connection stays open as the liveness channel: when the peer
+// process dies its kernel closes the socket and the stream fails at once.
+// Data goes over RDMA. A dialer that reaches a plain TCP server reconnects
 // plainly and remembers that address for a while. A Decline, a provider
 // that cannot start, or a failed queue pair setup leaves both sides on the
 // same TCP connection.
 //
+// What a Hello says is checked against what TCP established: a RoCE
+// peer's GID must be the address the TCP connection reached (both ways,
+// IPv4-mapped or not), so that no peer can aim a connection's RDMA traffic
+// at a third host; and memif is offered to, and taken from, only a peer on
+// this host, and only as a socket this package makes.
+//
 // Knobs, in the config structs and the environment (the struct wins):
 //
 //	RSOCK_PROVIDER  auto (default) | softroce | rdmacore | tcp
-//	                auto uses rdmacore when built in with a usable device,
-//	                else softroce; tcp turns RDMA off.
-//	RSOCK_LINK      auto (default) | udp | memif: the soft-RoCE packet link.
-//	                auto uses memif (shared-memory rings) when both ends
-//	                are on the same host, and udp otherwise; memif demands
-//	                it and falls back to TCP without it.
+//	                auto: rdmacore where it has a device, soft-RoCE on
+//	                memif on one host, else TCP; softroce: soft-RoCE
+//	                always (memif on one host, else udp); tcp turns RDMA
+//	                off.
+//	RSOCK_LINK      auto (default) | udp | memif | dpdk: the link.
+//	                auto picks per connection as above; udp runs
+//	                soft-RoCE over a kernel UDP socket (it reaches RNICs
+//	                and rxe); memif demands shared memory on one host and
+//	                falls back to TCP without it; dpdk runs soft-RoCE on
+//	                a DPDK port (binaries built with -tags dpdk that import
+//	                verbs/softroce/link/dpdk, configured by RSOCK_DPDK_*).
+//	                A link the setting names is kept: the connection runs
+//	                on it or on TCP.
+//	RSOCK_MEMIF_WIRE, RSOCK_MEMIF_SECRET
+//	                an external memif server (dpdk-testpmd, VPP) that the
+//	                process's soft-RoCE devices share as their wire.
 //	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
-//	                two from 4096 to 67108864 (default 524288).
+//	                two from 4096 to 67108864 (default 524288; 1 MiB on
+//	                memif).
 //	RSOCK_PCAP      a file that the soft-RoCE devices write their packets
 //	                to, as a pcap that tshark decodes as RoCEv2;
 //	                RSOCK_PCAP_MAX bounds it (default 64 MiB).
@@ -48,7 +80,7 @@
 // through log/slog.
 //
 // Process-wide state: connections that use the same provider, link and
-// local IP share its devices (for soft-RoCE, a device is one UDP socket
+// local IP share its devices (a memif connection has its own) (for soft-RoCE, a device is one UDP socket
 // and one receive goroutine, the way a NIC queue is one ring and one
 // interrupt): up to one per processor and at most 4, each new connection
 // going to the device with the fewest, so that receiving for many

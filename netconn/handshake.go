@@ -43,12 +43,3 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 		RecvDepth:       int(h.RecvDepth),
 	}
 }
-
-// compatible reports whether the peer's queue pair is reachable from the
-// local device. Every provider speaks RoCEv2 on the same kind of link:
-// soft-RoCE's udp and dpdk links reach RNICs and rxe and each other (and
-// an rdma-core device reaches a soft-RoCE peer on UDP port 4791), and a
-// memif wire reaches the peers on the same wire.
-func compatible(local *sharedDevice, h *fallback.Hello) bool {
-	return h.Capabilities&fallback.CapStream != 0 && linksInteroperate(local.dev.Link(), h.Link)
-}

@@ -2,7 +2,6 @@ package netconn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,7 +21,8 @@ type ListenConfig struct {
 	// $RSOCK_PROVIDER, else auto. With tcp, rsock dialers are declined and
 	// every connection is plain TCP.
 	Provider string
-	// Link is the soft-RoCE link; empty means $RSOCK_LINK, else udp.
+	// Link is the link: auto, udp, memif or a registered one (dpdk);
+	// empty means $RSOCK_LINK, else auto (see ChoosePlan).
 	Link string
 	// Stream sizes the streams of accepted connections.
 	Stream rsock.Config
@@ -168,7 +168,7 @@ func (l *Listener) acceptLoop() {
 			return
 		}
 		if a.Hello == nil {
-			l.deliver(newTCPConn(a.Conn, ""))
+			l.deliver(newTCPConn(a.Conn, nil))
 			continue
 		}
 		if !l.track(a.Conn) {
@@ -201,14 +201,14 @@ func (l *Listener) acceptLoop() {
 // is declined and served over TCP. The Decline is a few bytes on a new
 // connection and does not wait for the client.
 func (l *Listener) declineBusy(c net.Conn) {
-	reason := fmt.Sprintf("listener busy: %d rsock handshakes in progress", l.slots.size())
+	why := fallbackf(FallbackBusy, SideListener, fmt.Sprintf("listener busy: %d rsock handshakes in progress", l.slots.size()))
 	c.SetWriteDeadline(time.Now().Add(time.Second))
-	if err := fallback.WriteReply(c, fallback.Decline(reason)); err != nil {
+	if err := fallback.WriteReply(c, fallback.Decline(declineText(why.Kind))); err != nil {
 		c.Close()
 		return
 	}
 	c.SetWriteDeadline(time.Time{})
-	l.deliver(newTCPConn(c, reason))
+	l.deliver(newTCPConn(c, why))
 }
 
 // track records a conn under negotiation; false if the listener closed.
@@ -241,69 +241,53 @@ func (l *Listener) deliver(c *Conn) {
 }
 
 // negotiate runs the listener's side of the handshake with an rsock
-// dialer whose Hello was read.
+// dialer whose Hello was read: the plan's step 2.
 func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	c.SetDeadline(time.Now().Add(l.handshake))
-	decline := func(reason string) (*Conn, error) {
-		if err := fallback.WriteReply(c, fallback.Decline(reason)); err != nil {
+	// decline tells the dialer the kind only; the conn keeps the cause.
+	decline := func(why *FallbackError) (*Conn, error) {
+		if err := fallback.WriteReply(c, fallback.Decline(declineText(why.Kind))); err != nil {
 			return nil, err
 		}
 		c.SetDeadline(time.Time{})
-		return newTCPConn(c, reason), nil
-	}
-	if !l.set.rdma() {
-		return decline("RDMA is turned off on this listener")
+		return newTCPConn(c, why), nil
 	}
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
-	memifWhy := ""
-	switch {
-	case hello.Capabilities&fallback.CapMemif != 0 && l.set.memif():
-		conn, err := l.negotiateMemif(c, hello, local)
-		if err == nil || !errors.Is(err, errMemifSetup) {
-			return conn, err
-		}
-		if l.set.link == LinkMemif {
-			return decline(err.Error())
-		}
-		memifWhy = err.Error() // on to udp
-	case l.set.link == LinkMemif && l.set.wire == "":
-		return decline("this listener runs memif only, and the dialer did not offer it")
+	remote := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
+	in := planInput(l.set, SideListener, local, remote)
+	in.Peer = hello
+	plan, dev, fe := acquirePlanned(in)
+	if fe != nil {
+		return decline(fe)
 	}
-	dev, why, err := acquireFor(l.set, local)
-	if err != nil {
-		return decline(err.Error())
+	if plan.Offer {
+		return l.negotiateOffer(c, plan, hello, local, decline)
 	}
-	if !compatible(dev, hello) {
-		releaseDevice(dev)
-		return decline(fmt.Sprintf("link %q is not supported", hello.Link))
+	setupFailed := func(err error) (*Conn, error) {
+		return decline(&FallbackError{Kind: FallbackSetup, Side: SideListener, Err: err})
 	}
-	stream, err := streamConfig(l.set.stream, c)
+	stream, err := streamConfig(l.set.stream, plan, c)
 	if err != nil {
 		releaseDevice(dev)
-		return decline(err.Error())
+		return setupFailed(err)
 	}
 	ep, err := rsock.NewEndpoint(dev.dev, stream)
 	if err != nil {
 		releaseDevice(dev)
-		return decline(err.Error())
+		return setupFailed(err)
 	}
 	s, err := ep.Connect(paramsOf(hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
 	if err != nil {
 		ep.Close()
 		releaseDevice(dev)
-		return decline(err.Error())
+		return setupFailed(err)
 	}
 	abandon := func() {
 		s.Abort(errPeerGone)
 		s.Close()
 		releaseDevice(dev)
 	}
-	// An Accept's reason tells the dialer why its memif offer was not taken.
-	reply := &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}
-	if memifWhy != "" {
-		reply.Reason = fallback.Decline(memifWhy).Reason
-	}
-	if err := fallback.WriteReply(c, reply); err != nil {
+	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
 		abandon()
 		return nil, err
 	}
@@ -316,32 +300,22 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	c.SetDeadline(time.Time{})
 	if !confirm.Accept {
 		abandon()
-		return newTCPConn(c, "the dialer could not connect: "+confirm.Reason), nil
+		return newTCPConn(c, fromDecline(confirm.Reason, SideDialer)), nil
 	}
 	conn := newRDMAConn(c, s, dev)
-	if memifWhy != "" {
-		conn.reason = "memif: " + memifWhy
-	} else {
-		conn.reason = why
-	}
+	conn.fallback = plan.Note
 	return conn, nil
 }
 
-// errMemifSetup marks a memif failure before the listener answered, after
-// which the handshake can still go on over udp.
-var errMemifSetup = errors.New("memif setup failed")
-
-// negotiateMemif runs the listener's side of the handshake over a memif
-// link to the dialer's offer: it connects, answers with a queue pair on
-// its own device over that link, and connects that pair to the one the
-// dialer confirms with.
-func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip.Addr) (*Conn, error) {
-	if !reserveMemif() {
-		return nil, fmt.Errorf("%w: %w", errMemifSetup, errMemifFull)
-	}
-	dev, ep, err := connectOffer(c, hello, time.Now().Add(l.handshake), local, l.set.stream)
+// negotiateOffer runs the listener's side of the handshake over a
+// same-host link the dialer offered (memif): it connects to the offer,
+// answers with a queue pair on its own device over that link, and
+// connects that pair to the one the dialer confirms with.
+func (l *Listener) negotiateOffer(c net.Conn, plan Plan, hello *fallback.Hello, local netip.Addr, decline func(*FallbackError) (*Conn, error)) (*Conn, error) {
+	e, _ := lookupLink(plan.Link)
+	dev, ep, err := e.ops.(offerer).connect(c, hello, local, time.Now().Add(l.handshake), l.set.stream)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errMemifSetup, err)
+		return decline(&FallbackError{Kind: FallbackSetup, Side: SideListener, Err: fmt.Errorf("%s: %w", plan.Link, err)})
 	}
 	fail := func(err error) (*Conn, error) {
 		ep.Close()
@@ -359,10 +333,10 @@ func (l *Listener) negotiateMemif(c net.Conn, hello *fallback.Hello, local netip
 	if !confirm.Accept {
 		ep.Close()
 		releaseDevice(dev)
-		return newTCPConn(c, "the dialer could not connect: "+confirm.Reason), nil
+		return newTCPConn(c, fromDecline(confirm.Reason, SideDialer)), nil
 	}
-	if confirm.Hello.Link != LinkMemif {
-		return fail(fmt.Errorf("netconn: the dialer confirmed on link %q, want memif", confirm.Hello.Link))
+	if confirm.Hello.Link != plan.Link {
+		return fail(fmt.Errorf("netconn: the dialer confirmed on link %q, want %s", confirm.Hello.Link, plan.Link))
 	}
 	s, err := ep.Connect(paramsOf(confirm.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
 	if err != nil {

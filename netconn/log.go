@@ -36,13 +36,19 @@ func currentLogger() *slog.Logger {
 
 // logFallback logs a conn that tried RDMA and is on TCP.
 func logFallback(c *Conn, side, kind string) {
+	// A connection that auto put on TCP because nothing is faster on its
+	// path is the expected case between hosts without RDMA: Debug.
+	level := slog.LevelInfo
+	if kind == FallbackNoFastPath {
+		level = slog.LevelDebug
+	}
 	l := currentLogger()
-	if !l.Enabled(context.Background(), slog.LevelInfo) {
+	if !l.Enabled(context.Background(), level) {
 		return
 	}
-	l.Info("rsock: connection fell back to TCP",
+	l.Log(context.Background(), level, "rsock: connection fell back to TCP",
 		slog.String("side", side), slog.String("peer", c.RemoteAddr().String()),
-		slog.String("kind", kind), slog.String("reason", c.reason))
+		slog.String("kind", kind), slog.String("reason", c.FallbackReason()))
 }
 
 // logHandshakeFailure logs a handshake that ended without a connection.

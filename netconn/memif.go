@@ -1,9 +1,17 @@
 package netconn
 
 import (
+	"encoding/base64"
 	"errors"
+	"net"
 	"net/netip"
+	"strings"
 	"sync/atomic"
+	"time"
+
+	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/rsock"
+	"github.com/rsock-go/rsock/verbs"
 )
 
 // Same-host connections over memif.
@@ -27,9 +35,14 @@ import (
 // with a wrong secret end the offer. Only root (who could read the rings
 // anyway) or the peer process itself can get past that.
 //
-// When memif cannot be set up, the connection runs over udp with auto,
-// and over TCP with memif; FallbackReason says why. The memif link is
-// Linux's (memfd, eventfd, abstract sockets); elsewhere memif is never
+// The offer is the Hello's only endpoint (its Link is memif): the queue
+// pairs are made on the memif link once it connects, so a dialer acquires
+// no other device first. When memif cannot be set up, the connection runs
+// over TCP; FallbackReason says why (a Decline tells the dialer only the
+// kind). A listener connects only to an offer of a peer on this host
+// (sameHost) whose socket is one that newMemifOffer makes (an abstract
+// name, validMemifOffer), never to a path a client names. The memif link
+// is Linux's (memfd, eventfd, abstract sockets); elsewhere memif is never
 // set up (memif_other.go).
 
 const (
@@ -61,7 +74,7 @@ var memifConns atomic.Int64
 
 // errMemifFull is why a connection does not use memif when the process
 // has maxMemifConns of them.
-var errMemifFull = errors.New("this process has the most memif connections it opens; this one uses udp")
+var errMemifFull = errors.New("this process has the most memif connections it opens")
 
 // reserveMemif takes one of the process's maxMemifConns memif slots, or
 // reports false when all are taken. It is taken when a handshake offers
@@ -90,4 +103,122 @@ func releaseMemif() { memifConns.Add(-1) }
 func sameHost(local, remote netip.Addr) bool {
 	local, remote = local.Unmap(), remote.Unmap()
 	return remote.IsLoopback() || remote == local
+}
+
+// memifSocketPrefix starts the abstract socket name of every memif offer.
+const memifSocketPrefix = "@rsock-memif-"
+
+// validMemifOffer reports whether h's memif offer is one newMemifOffer
+// makes: an abstract socket @rsock-memif-<32 hex digits> and a 128-bit
+// secret in 22 characters of unpadded base64url. A listener connects to
+// nothing else (not to a file path, not to another program's memif
+// socket).
+func validMemifOffer(h *fallback.Hello) bool {
+	name, ok := strings.CutPrefix(h.MemifSocket, memifSocketPrefix)
+	return ok && isHex(name, 32) && isSecret(h.MemifSecret)
+}
+
+// memifSecretLen is the length of a memif offer's secret: 16 random bytes
+// in unpadded base64url, within the 23 characters memif's INIT carries.
+const memifSecretLen = 22
+
+// isSecret reports whether s has the form of a memif offer's secret.
+func isSecret(s string) bool {
+	if len(s) != memifSecretLen {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil && len(b) == 16
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// memifOps is the registry's memif link: a private link per connection,
+// set up through an offer.
+type memifOps struct{}
+
+func (memifOps) validOffer(h *fallback.Hello) bool { return validMemifOffer(h) }
+
+func (memifOps) available() error {
+	if err := memifSupported(); err != nil {
+		return err
+	}
+	if memifConns.Load() >= maxMemifConns {
+		return errMemifFull
+	}
+	return nil
+}
+
+// offer makes the dialer's offer and puts it into h.
+func (memifOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline time.Time) (pendingOffer, error) {
+	if !reserveMemif() {
+		return nil, errMemifFull
+	}
+	o, err := newMemifOffer(tcp, local, deadline)
+	if err != nil {
+		releaseMemif()
+		return nil, err
+	}
+	h.Capabilities |= fallback.CapMemif
+	h.MemifSocket, h.MemifSecret = o.socket, o.secret
+	return &memifPending{o: o, slot: true}, nil
+}
+
+// connect connects to the dialer's offer in h (the listener's side).
+func (memifOps) connect(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline time.Time, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	if !reserveMemif() {
+		return nil, nil, errMemifFull
+	}
+	return connectOffer(tcp, h, deadline, local, stream)
+}
+
+// memifPending is a dialer's memif offer and its slot.
+type memifPending struct {
+	o    *memifOffer
+	slot bool // the reserveMemif slot, until accept passes it on
+}
+
+func (p *memifPending) accept(deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+	p.slot = false
+	return acceptOffer(p.o, deadline, local, stream)
+}
+
+func (p *memifPending) close() {
+	p.o.close()
+	if p.slot {
+		p.slot = false
+		releaseMemif()
+	}
+}
+
+// offerHello is the dialer's Hello for an offer of a same-host link: the
+// offer is its only endpoint. Its endpoint fields describe no queue pair
+// (the queue pairs are made on the offered link once it connects), and
+// carry only values that pass Hello.Validate.
+func offerHello(p Plan, local netip.Addr) *fallback.Hello {
+	var gid [16]byte
+	a := local.Unmap().As16()
+	copy(gid[:], a[:])
+	return &fallback.Hello{
+		Version:      fallback.Version,
+		Capabilities: fallback.CapStream,
+		Provider:     p.Provider,
+		Link:         p.Link,
+		GID:          gid,
+		UDPPort:      verbs.RoCEv2Port,
+		QPN:          2,
+		MTU:          fallback.MaxMTU,
+		RingSize:     fallback.MinRingSize,
+		RecvDepth:    1,
+	}
 }

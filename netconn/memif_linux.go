@@ -33,6 +33,9 @@ func memifConfig(ip netip.Addr, deadline time.Time) memif.Config {
 	}
 }
 
+// memifSupported: memif runs on Linux.
+func memifSupported() error { return nil }
+
 // dialMemif connects to a dialer's memif offer; tests replace it to make
 // it fail.
 var dialMemif = memif.Dial
@@ -60,7 +63,7 @@ func newMemifOffer(tcp net.Conn, ip netip.Addr, deadline time.Time) (*memifOffer
 	rand.Read(name[:])
 	rand.Read(secret[:])
 	o := &memifOffer{
-		socket: "@rsock-memif-" + hex.EncodeToString(name[:]),
+		socket: memifSocketPrefix + hex.EncodeToString(name[:]),
 		secret: base64.RawURLEncoding.EncodeToString(secret[:]),
 		done:   make(chan struct{}),
 	}

@@ -18,6 +18,8 @@ var errNoMemif = errors.New("memif needs Linux (memfd, eventfd, abstract sockets
 // memifOffer is never made here.
 type memifOffer struct{ socket, secret string }
 
+func memifSupported() error { return errNoMemif }
+
 func newMemifOffer(net.Conn, netip.Addr, time.Time) (*memifOffer, error) { return nil, errNoMemif }
 
 func (o *memifOffer) close() {}

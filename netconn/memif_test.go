@@ -37,11 +37,13 @@ func TestLinkSelection(t *testing.T) {
 		{LinkMemif, LinkMemif, trMemif, "", ""},
 		{LinkMemif, LinkAuto, trMemif, "", ""},
 		{LinkAuto, LinkMemif, trMemif, "", ""},
-		{LinkUDP, LinkAuto, trUDP, "", ""},
-		{LinkAuto, LinkUDP, trUDP, "did not take the memif offer", ""},
+		{LinkUDP, LinkAuto, trUDP, "", ""}, // the listener answers the link the dialer names
+		// A memif offer is the dialer's only endpoint: a listener that does
+		// not take it declines, and the dialer hears only the kind.
+		{LinkAuto, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run memif"},
 		{LinkUDP, LinkUDP, trUDP, "", ""},
-		{LinkMemif, LinkUDP, "tcp", "memif is required", "memif is required"},
-		{LinkUDP, LinkMemif, "tcp", "memif only", "memif only"},
+		{LinkMemif, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run memif"},
+		{LinkUDP, LinkMemif, "tcp", "declined by the listener: " + FallbackSetup + ":", "memif only"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.dial+"-to-"+tc.listen, func(t *testing.T) {
@@ -85,14 +87,14 @@ func TestMemifRingSize(t *testing.T) {
 	}
 }
 
-// TestMemifSetupFails: when the listener cannot connect to the offer, an
-// auto pair runs over udp and a memif-only listener declines to TCP; both
-// say why.
+// TestMemifSetupFails: when the listener cannot connect to the offer,
+// the pair runs over TCP (auto does not fall to udp, slower than TCP on
+// one host); the listener says why, and the dialer hears only the kind.
 func TestMemifSetupFails(t *testing.T) {
 	failure := errors.New("memif: injected failure")
 	defer func(d func(string, string, memif.Config) (*memif.Link, error)) { dialMemif = d }(dialMemif)
 	dialMemif = func(string, string, memif.Config) (*memif.Link, error) { return nil, failure }
-	for _, tc := range []struct{ listen, want string }{{LinkAuto, trUDP}, {LinkMemif, "tcp"}} {
+	for _, tc := range []struct{ listen, want string }{{LinkAuto, "tcp"}, {LinkMemif, "tcp"}} {
 		t.Run(tc.listen, func(t *testing.T) {
 			ln := listen(t, ListenConfig{Link: tc.listen, Stream: streamSmall})
 			c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
@@ -101,8 +103,11 @@ func TestMemifSetupFails(t *testing.T) {
 			if transport(c) != tc.want || transport(s) != tc.want {
 				t.Fatalf("transports %q, %q, want %q", transport(c), transport(s), tc.want)
 			}
-			checkReason(t, "dialer", c, "injected failure")
+			checkReason(t, "dialer", c, "declined by the listener: "+declineText(FallbackSetup))
 			checkReason(t, "listener", s, "injected failure")
+			if strings.Contains(c.(*Conn).FallbackReason(), "injected") {
+				t.Errorf("the listener's local error reached the dialer: %q", c.(*Conn).FallbackReason())
+			}
 			echoCheck(t, c, s, 64<<10)
 		})
 	}
@@ -291,33 +296,50 @@ func TestMemifOfferHostile(t *testing.T) {
 	echoCheck(t, c, s, 64<<10)
 }
 
-// TestHostileMemifOffer: a Hello whose memif offer points at a socket
-// that is not a memif server (here one that answers garbage) or at
-// nothing does not hurt the listener: it answers on udp, says why, and
-// goes on serving.
+// TestHostileMemifOffer: a dialer's memif offer (beside a udp endpoint,
+// as older dialers sent it) that names a socket rsock does not make is
+// never connected to, and the listener answers on udp; one that names an
+// rsock-like socket that is not a memif server (here one that answers
+// garbage) or nothing gets a Decline that says only the kind: the same
+// bytes whatever the local error. The listener goes on serving.
 func TestHostileMemifOffer(t *testing.T) {
 	ln := listen(t, ListenConfig{Link: LinkAuto, HandshakeTimeout: 2 * time.Second})
-	junk, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@rsock-test-junk-" + t.Name(), Net: "unixpacket"})
+	junkName := "@rsock-memif-" + strings.Repeat("0f", 16)
+	junk, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: junkName, Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer junk.Close()
+	var dialed sync.WaitGroup
 	go func() {
 		for {
 			c, err := junk.Accept()
 			if err != nil {
 				return
 			}
+			dialed.Done()
 			c.Write([]byte("not a memif hello"))
 			c.Close()
 		}
 	}()
 	good := &fallback.Hello{Version: fallback.Version, Capabilities: fallback.CapStream | fallback.CapMemif, Provider: "softroce", Link: "udp",
 		GID: [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, UDPPort: 4791, QPN: 0x11, MTU: 1024, RingAddr: 4096, RingRKey: 1, RingSize: 4096, RecvDepth: 64,
-		MemifSecret: "x"}
-	for _, sock := range []string{junk.Addr().String(), "@rsock-test-nobody", filepath.Join(t.TempDir(), "none"), "/proc/self/status"} {
+		MemifSecret: strings.Repeat("ab", 11)}
+	for _, tc := range []struct {
+		sock    string
+		decline bool
+	}{
+		{junkName, true},
+		{"@rsock-memif-" + strings.Repeat("e1", 16), true}, // nobody listens
+		{"@rsock-test-nobody", false},
+		{filepath.Join(t.TempDir(), "none"), false},
+		{"/proc/self/status", false},
+	} {
 		h := *good
-		h.MemifSocket = sock
+		h.MemifSocket = tc.sock
+		if tc.sock == junkName {
+			dialed.Add(1)
+		}
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -329,12 +351,28 @@ func TestHostileMemifOffer(t *testing.T) {
 		reply, err := fallback.ReadReply(c)
 		c.Close()
 		if err != nil {
-			t.Fatalf("offer %q: %v", sock, err)
+			t.Fatalf("offer %q: %v", tc.sock, err)
 		}
-		if !reply.Accept || reply.Hello.Link != LinkUDP || !strings.Contains(reply.Reason, "memif") {
-			t.Fatalf("offer %q: reply %+v, want an Accept on udp saying why not memif", sock, reply)
+		switch {
+		case tc.decline && (reply.Accept || reply.Reason != declineText(FallbackSetup)):
+			t.Errorf("offer %q: reply %+v, want a Decline saying %q and nothing else", tc.sock, reply, declineText(FallbackSetup))
+		case tc.decline:
+			// The declined conn is served over TCP; the listener's end
+			// keeps the local cause.
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			var fe *FallbackError
+			if !errors.As(s.(*Conn).FallbackError(), &fe) || fe.Kind != FallbackSetup || fe.Side != SideListener || !strings.Contains(fe.Error(), "memif") {
+				t.Errorf("offer %q: the listener's conn says %v", tc.sock, s.(*Conn).FallbackError())
+			}
+		case !tc.decline && (!reply.Accept || reply.Hello.Link != LinkUDP || reply.Reason != ""):
+			t.Errorf("offer %q: reply %+v, want an Accept on udp", tc.sock, reply)
 		}
 	}
+	dialed.Wait() // the junk server was connected to: the Decline follows a real failure
 	// The listener still serves.
 	c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
 	defer c.Close()
@@ -442,8 +480,8 @@ func TestIdleMemifConn(t *testing.T) {
 }
 
 // TestMemifConnsBounded: past maxMemifConns memif connections in the
-// process, further same-host connections use udp and say why; closing
-// one makes room again.
+// process, further same-host connections use TCP (auto: udp is slower)
+// and say why; closing one makes room again.
 func TestMemifConnsBounded(t *testing.T) {
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	maxMemifConns = memifConns.Load() + 2 // a pair's two ends
@@ -453,7 +491,7 @@ func TestMemifConnsBounded(t *testing.T) {
 	c2, s2 := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
 	defer c2.Close()
 	defer s2.Close()
-	if transport(c1) != trMemif || transport(c2) != trUDP || transport(s2) != trUDP {
+	if transport(c1) != trMemif || transport(c2) != "tcp" || transport(s2) != "tcp" {
 		t.Fatalf("transports %q then %q, %q", transport(c1), transport(c2), transport(s2))
 	}
 	checkReason(t, "dialer", c2, "most memif connections")
@@ -471,8 +509,8 @@ func TestMemifConnsBounded(t *testing.T) {
 // TestMemifConnsBoundedConcurrent: dialers racing for the last memif
 // connections of the process never get more than maxMemifConns of them
 // (a slot is taken when a dialer offers memif or a listener takes the
-// offer, not when the device opens, a handshake later), every connection
-// ends on RDMA, and closing them all gives every slot back.
+// offer, not when the device opens, a handshake later), the others run
+// on TCP, and closing them all gives every slot back.
 func TestMemifConnsBoundedConcurrent(t *testing.T) {
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	start := memifConns.Load()
@@ -521,7 +559,7 @@ func TestMemifConnsBoundedConcurrent(t *testing.T) {
 		switch transport(c) {
 		case trMemif:
 			onMemif++
-		case trUDP:
+		case "tcp":
 		default:
 			t.Errorf("a connection on %q (%q)", transport(c), c.(*Conn).FallbackReason())
 		}

@@ -2,7 +2,6 @@ package netconn
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -14,19 +13,13 @@ import (
 // blank-import verbs/rdmacore (behind its build tag), which registers it
 // with verbs.RegisterProvider, and netconn finds it by name.
 
-// rdmacoreLink is what rdma-core devices report as their link
-// (verbs/rdmacore.LinkName): RoCEv2 on the device's own port, the same
-// wire as soft-RoCE's udp link.
-const rdmacoreLink = "roce"
-
 // rdmacoreMissTTL is how long auto remembers that rdma-core has no device
 // for an IP before it asks again: a dial should not list the host's
 // devices each time.
 var rdmacoreMissTTL = 10 * time.Second
 
 type rdmacoreMiss struct {
-	why   string
-	quiet bool // the host has no RDMA at all: not worth a FallbackReason
+	err   error
 	until time.Time
 }
 
@@ -35,74 +28,91 @@ var rdmacoreMisses = struct {
 	m map[netip.Addr]rdmacoreMiss
 }{m: make(map[netip.Addr]rdmacoreMiss)}
 
+// errNoRDMACore is the provider failure when rdma-core support is not
+// compiled in.
+var errNoRDMACore = errors.New("netconn: the rdmacore provider is not built into this binary")
+
 // rdmacoreBuiltIn reports whether the rdmacore provider is registered.
 func rdmacoreBuiltIn() bool {
 	_, ok := verbs.LookupProvider(ProviderRDMACore)
 	return ok
 }
 
-// acquireFor returns a device for a connection from the local address ip
-// with the settings' provider. Auto takes an rdma-core device when the
-// provider is built in and one has an active port with a RoCEv2 GID for
-// ip (unless memif is asked for), else a soft-RoCE device. why says why
-// auto passed over rdma-core on a host that has RDMA devices; on a host
-// without any it is empty.
-func acquireFor(set settings, ip netip.Addr) (d *sharedDevice, why string, err error) {
-	switch {
-	case set.provider == ProviderRDMACore:
-		d, err = acquireDevice(ProviderRDMACore, rdmacoreLink, ip)
-		return d, "", err
-	case set.provider == ProviderAuto && rdmacoreBuiltIn() && set.wire == "" && set.link != LinkMemif:
-		ip = ip.Unmap()
-		rdmacoreMisses.Lock()
-		miss, known := rdmacoreMisses.m[ip]
-		if known && time.Now().After(miss.until) {
-			delete(rdmacoreMisses.m, ip)
-			known = false
-		}
-		rdmacoreMisses.Unlock()
-		if !known {
-			if d, err = acquireDevice(ProviderRDMACore, rdmacoreLink, ip); err == nil {
-				return d, "", nil
-			}
-			miss = rdmacoreMiss{why: err.Error(), quiet: errors.Is(err, verbs.ErrNoRDMA), until: time.Now().Add(rdmacoreMissTTL)}
-			rdmacoreMisses.Lock()
-			rdmacoreMisses.m[ip] = miss
-			rdmacoreMisses.Unlock()
-		}
-		if !miss.quiet {
-			why = "rdmacore not used, soft-RoCE instead: " + miss.why
-		}
-		d, err = acquireDevice(ProviderSoftRoCE, set.sharedLink(), ip)
-		if err != nil && why != "" {
-			err = fmt.Errorf("%s; %w", why, err)
-		}
-		return d, why, err
+// rdmacoreFact is HostFacts.RDMACore for the local IP ip: nil when the
+// provider is built in and has not failed to find a device for ip lately.
+func rdmacoreFact(ip netip.Addr) error {
+	if !rdmacoreBuiltIn() {
+		return errNoRDMACore
 	}
-	d, err = acquireDevice(set.provider, set.sharedLink(), ip)
-	return d, "", err
+	ip = ip.Unmap()
+	rdmacoreMisses.Lock()
+	defer rdmacoreMisses.Unlock()
+	miss, known := rdmacoreMisses.m[ip]
+	if known && time.Now().After(miss.until) {
+		delete(rdmacoreMisses.m, ip)
+		return nil
+	}
+	return miss.err
 }
 
-// openRDMACore opens a registered rdma-core device for key.ip.
-func openRDMACore(key deviceKey) (*sharedDevice, error) {
-	open, ok := verbs.LookupProvider(ProviderRDMACore)
-	if !ok {
-		return nil, errNoRDMACore
-	}
-	dev, err := open(key.ip)
-	if err != nil {
-		return nil, err
-	}
-	return shareDevice(key, dev), nil
+// noteRDMACoreMiss remembers for a while that rdma-core has no device for ip.
+func noteRDMACoreMiss(ip netip.Addr, err error) {
+	rdmacoreMisses.Lock()
+	rdmacoreMisses.m[ip.Unmap()] = rdmacoreMiss{err: err, until: time.Now().Add(rdmacoreMissTTL)}
+	rdmacoreMisses.Unlock()
 }
 
-// roceLinks are the links that carry RoCEv2 in IP/UDP to port 4791 on an
-// IP network, to any RoCEv2 peer: soft-RoCE's udp link (through the
-// kernel) and dpdk link (on a DPDK port), and rdma-core devices. Their
-// peers interoperate (with IBTA go-back-N when one end is an rdma-core
-// QP, which does not offer selective repeat).
-var roceLinks = map[string]bool{LinkUDP: true, LinkDPDK: true, rdmacoreLink: true}
+// hostFacts gathers what the plan needs to know about this host for a
+// connection from the local IP ip.
+func hostFacts(set settings, ip netip.Addr) HostFacts {
+	f := HostFacts{RDMACore: errNoRDMACore, SameHost: make(map[string]error, 1)}
+	if set.provider == ProviderAuto || set.provider == ProviderRDMACore {
+		f.RDMACore = rdmacoreFact(ip)
+	}
+	for _, e := range linkTable {
+		if o, ok := e.ops.(offerer); ok {
+			f.SameHost[e.name] = o.available()
+		}
+	}
+	return f
+}
 
-// linksInteroperate reports whether a device on link a reaches a peer on
-// link b.
-func linksInteroperate(a, b string) bool { return a == b || roceLinks[a] && roceLinks[b] }
+// planInput is the plan's input for a connection between local and
+// remote with the settings set.
+func planInput(set settings, side string, local, remote netip.Addr) PlanInput {
+	return PlanInput{
+		Provider: set.provider, Link: set.link, Wire: set.wire,
+		Local: local, Remote: remote,
+		Host: hostFacts(set, local), Side: side,
+	}
+}
+
+// acquirePlanned runs the plan for in and acquires the device of a plan
+// on a shared device (none for an offer). When auto planned an rdma-core
+// device that turns out missing, it remembers that and plans again.
+func acquirePlanned(in PlanInput) (Plan, *sharedDevice, *FallbackError) {
+	for {
+		p, fe := choose(in)
+		if fe != nil || p.Offer {
+			return p, nil, fe
+		}
+		dev, err := acquireFor(p, in.Local)
+		if err == nil {
+			return p, dev, nil
+		}
+		if p.Provider == ProviderRDMACore && in.Provider == ProviderAuto && in.Host.RDMACore == nil {
+			noteRDMACoreMiss(in.Local, err)
+			in.Host.RDMACore = err
+			continue
+		}
+		return p, nil, &FallbackError{Kind: FallbackSetup, Side: in.Side, Err: err}
+	}
+}
+
+// acquireFor acquires a shared device for plan p from the local IP ip.
+func acquireFor(p Plan, ip netip.Addr) (*sharedDevice, error) {
+	if p.Wire != "" {
+		return acquireDevice(ProviderSoftRoCE, linkWirePrefix+p.Wire, ip)
+	}
+	return acquireDevice(p.Provider, p.Link, ip)
+}

@@ -3,7 +3,6 @@ package netconn
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -60,22 +59,8 @@ type DeviceState struct {
 // or serve package metrics' JSONHandler on a private mux.
 const ExpvarName = "rsock"
 
-// Fallback kinds: why a conn is on TCP, as a small fixed set for counting
-// and for metric labels (the reason itself is free text).
-const (
-	FallbackPlainServer = "plain_server"  // the server is not an rsock listener (now, or remembered)
-	FallbackDeclined    = "declined"      // the listener declined RDMA
-	FallbackBusy        = "busy"          // the listener had too many handshakes in progress
-	FallbackRDMAOff     = "rdma_off"      // the listener has RDMA turned off
-	FallbackDialer      = "dialer_failed" // the dialer could not connect its queue pair
-	FallbackSetup       = "setup"         // no device, no route for RoCEv2, an incompatible link, a failed queue pair
-)
-
-// FallbackKinds lists the kinds of State.Fallbacks.
-var FallbackKinds = []string{FallbackPlainServer, FallbackDeclined, FallbackBusy, FallbackRDMAOff, FallbackDialer, FallbackSetup}
-
 var (
-	fallbackCounts    [6]atomic.Uint64 // by index in FallbackKinds
+	fallbackCounts    [9]atomic.Uint64 // by index in FallbackKinds
 	pendingHandshakes atomic.Int64
 	handshakeFailures atomic.Uint64
 	connErrors        atomic.Uint64
@@ -101,34 +86,13 @@ func unregister(c *Conn) {
 	conns.Unlock()
 }
 
-// fallbackKind sorts a fallback reason into a kind, an index in
-// FallbackKinds.
-func fallbackKind(reason string) int {
-	switch {
-	case strings.HasPrefix(reason, "the address answered like a plain TCP server"),
-		strings.HasPrefix(reason, "the server did not complete the rsock handshake"):
-		return 0
-	case strings.HasPrefix(reason, "listener busy"),
-		strings.HasPrefix(reason, "declined by the listener: listener busy"):
-		return 2
-	case strings.HasPrefix(reason, "RDMA is turned off"),
-		strings.HasPrefix(reason, "declined by the listener: RDMA is turned off"):
-		return 3
-	case strings.HasPrefix(reason, "declined by the listener"):
-		return 1
-	case strings.HasPrefix(reason, "the dialer could not connect"):
-		return 4
-	}
-	return 5
-}
-
 // noteEstablished counts and logs a conn handed to the user, by Dial or
 // Accept, if it fell back to TCP.
 func noteEstablished(c *Conn, side string) {
-	if c.stream != nil || c.reason == "" {
+	if c.stream != nil || c.fallback == nil {
 		return
 	}
-	k := fallbackKind(c.reason)
+	k := kindIndex(c.fallback.Kind)
 	fallbackCounts[k].Add(1)
 	logFallback(c, side, FallbackKinds[k])
 }

@@ -72,7 +72,7 @@ type connObs struct {
 func (c *Conn) Stats() ConnStats {
 	st := ConnStats{
 		Transport:      c.transport,
-		FallbackReason: c.reason,
+		FallbackReason: c.FallbackReason(),
 		Local:          addrPort(c.tcp.LocalAddr()),
 		Remote:         addrPort(c.tcp.RemoteAddr()),
 	}

@@ -98,8 +98,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	}}); err != nil {
 		return nil, err
 	}
-	if err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+	if err = verbs.InitRC(e.qp, verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	// Receives may be posted from INIT on, so a fast peer never sees RNR.
@@ -120,7 +119,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	_, sr := e.qp.(verbs.SelectiveRepeater)
 	e.params = Params{
 		GID:             port.GIDs[0],
-		UDPPort:         4791,
+		UDPPort:         verbs.RoCEv2Port,
 		QPN:             e.qp.QPN(),
 		PSN:             rand.Uint32() & 0xffffff,
 		MTU:             mtu.Bytes(),

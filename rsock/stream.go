@@ -95,26 +95,19 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 			return nil, err
 		}
 	}
-	err := e.qp.Modify(&verbs.QPAttr{
-		State:           verbs.QPSRTR,
+	err := verbs.ConnectRC(e.qp, verbs.RCPeer{
 		AH:              verbs.AH{DGID: peer.GID, DPort: peer.UDPPort, HopLimit: 64},
 		PathMTU:         mtu,
 		DestQPN:         peer.QPN,
 		RQPSN:           peer.PSN,
+		SQPSN:           e.params.PSN,
 		MaxDestRdAtomic: 1,
+		MaxRdAtomic:     1,
 		MinRNRTimer:     12, // 0.64 ms
-	}, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	if err != nil {
-		return nil, err
-	}
-	err = e.qp.Modify(&verbs.QPAttr{
-		State:       verbs.QPSRTS,
-		SQPSN:       e.params.PSN,
-		Timeout:     e.cfg.AckTimeout,
-		RetryCnt:    e.cfg.RetryCount,
-		RNRRetry:    7,
-		MaxRdAtomic: 1,
-	}, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+		Timeout:         e.cfg.AckTimeout,
+		RetryCnt:        e.cfg.RetryCount,
+		RNRRetry:        7,
+	})
 	if err != nil {
 		return nil, err
 	}

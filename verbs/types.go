@@ -5,6 +5,11 @@ import (
 	"net/netip"
 )
 
+// RoCEv2Port is the IANA UDP destination port of RoCEv2, the one port an
+// RNIC sends to and listens on. It is defined here once; every package
+// that names the port uses this constant.
+const RoCEv2Port = 4791
+
 // GID is a 128-bit global identifier. For RoCEv2 over IPv4 it is the
 // IPv4-mapped IPv6 address (::ffff:a.b.c.d).
 type GID [16]byte

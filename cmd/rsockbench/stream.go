@@ -27,10 +27,13 @@ const streamUsage = `usage:
   rsockbench server [-addr 127.0.0.1:18600] [-tcp-addr ADDR] [-verify] [-sessions N] [-debug-addr ADDR]
   rsockbench client [-addr 127.0.0.1:18600] [flags]
 
-Compares rsock (package netconn, provider softroce) with plain TCP in the same
-run: for each message size and connection count it measures one transport and
-then the other (their order alternates), and prints a table per mode with the
-ratio rsock/TCP.
+Compares rsock (package netconn) with plain TCP in the same run: for each
+message size and connection count it measures one transport and then the
+other (their order alternates), and prints a table per mode with the ratio
+rsock/TCP. The rsock side runs with the library's settings: -provider and
+-link, else RSOCK_PROVIDER and RSOCK_LINK, else auto (which never runs slower
+than TCP: memif on one host, an rdma-core device between hosts, else TCP).
+It prints what the rsock connections ran on, and why.
 
   stream    the client writes -sizes-byte messages for -duration on each of
             -conns connections; the server reads and counts. GB/s is decimal
@@ -117,8 +120,8 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	} else {
 		fs.StringVar(&f.host, "host", "127.0.0.1", "local IP both processes use (the server listens on it, port 0): an address\nwith a RoCEv2 GID lets -provider rdmacore run on the device that has it")
 	}
-	fs.StringVar(&f.provider, "provider", netconn.ProviderSoftRoCE, "netconn provider of the rsock side")
-	fs.StringVar(&f.link, "link", defaultLink(), "netconn link of the rsock side, in both processes: auto (memif on one host, else udp), udp, memif, or dpdk (built with -tags dpdk)")
+	fs.StringVar(&f.provider, "provider", "", "netconn provider of the rsock side, in both processes: auto, softroce, rdmacore (built with -tags rdmacore)\nor tcp (default: $"+netconn.EnvProvider+", else auto)")
+	fs.StringVar(&f.link, "link", "", "netconn link of the rsock side, in both processes: auto (memif on one host, an rdma-core\ndevice's port, else TCP), udp, memif, or dpdk (built with -tags dpdk) (default: $"+netconn.EnvLink+", else auto)")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (local: the server child's to FILE.server)")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
@@ -161,6 +164,17 @@ func parseStreamFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (ok boo
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "rsockbench %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return false, exitUsage
+	}
+	var provider, link string
+	if fl := fs.Lookup("provider"); fl != nil {
+		provider = fl.Value.String()
+	}
+	if fl := fs.Lookup("link"); fl != nil {
+		link = fl.Value.String()
+	}
+	if _, _, err := netconn.Settings(provider, link); err != nil {
+		fmt.Fprintf(stderr, "rsockbench %s: %v\n", fs.Name(), err)
 		return false, exitUsage
 	}
 	return true, 0
@@ -444,12 +458,7 @@ func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, add
 		recs[i].ClientProcs, recs[i].ServerProcs = runtime.GOMAXPROCS(0), f.serverProcs
 	}
 	streambench.WriteTables(stdout, recs)
-	for _, r := range recs {
-		if r.Transport == streambench.TransportRsock && r.ConnTransport == "tcp" {
-			fmt.Fprintf(stderr, "warning: %s %s x%d: the rsock connections fell back to TCP (%s)\n", r.Mode, streambench.FormatSize(r.Size), r.Conns, r.FallbackReason)
-			break
-		}
-	}
+	writeRanOn(stdout, f, recs)
 	if s.Verify {
 		var v uint64
 		for _, r := range recs {
@@ -467,6 +476,26 @@ func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, add
 		err = werr
 	}
 	return err
+}
+
+// writeRanOn prints the settings of the rsock side and what its
+// connections ran on, and why: each distinct transport and reason once.
+func writeRanOn(w io.Writer, f *streamFlags, recs []*streambench.Record) {
+	provider, link, _ := netconn.Settings(f.provider, f.link)
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if r.Transport != streambench.TransportRsock {
+			continue
+		}
+		line := fmt.Sprintf("rsock (provider %s, link %s) ran on %s (server: %s)", provider, link, r.ConnTransport, r.ServerTransport)
+		if r.FallbackReason != "" {
+			line += ": " + r.FallbackReason
+		}
+		if !seen[line] {
+			seen[line] = true
+			fmt.Fprintln(w, line)
+		}
+	}
 }
 
 // writeOutputs writes the -json and -plot files.
@@ -503,7 +532,11 @@ func writeFile(path string, write func(io.Writer) error) error {
 // streamLocal starts "rsockbench server" as a child process on loopback,
 // runs the client against it, and reaps the child.
 func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdout, stderr io.Writer) (err error) {
-	if setup, ok := localLinks[f.link]; ok {
+	_, link, err := netconn.Settings(f.provider, f.link)
+	if err != nil {
+		return err
+	}
+	if setup, ok := localLinks[link]; ok {
 		cleanup, err := setup()
 		if err != nil {
 			return err
@@ -513,7 +546,15 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 	// Devices linger after their last connection: close them before the
 	// process exits, so that a DPDK port cleans its environment up.
 	defer netconn.CloseIdleDevices()
-	args := []string{"server", "-addr", net.JoinHostPort(f.host, "0"), "-sessions", "1", "-provider", f.provider, "-link", f.link, "-timeout", f.timeout.String()}
+	// The child inherits RSOCK_PROVIDER and RSOCK_LINK; flags override
+	// them in both processes.
+	args := []string{"server", "-addr", net.JoinHostPort(f.host, "0"), "-sessions", "1", "-timeout", f.timeout.String()}
+	if f.provider != "" {
+		args = append(args, "-provider", f.provider)
+	}
+	if f.link != "" {
+		args = append(args, "-link", f.link)
+	}
 	if f.cpuProfile != "" {
 		args = append(args, "-cpuprofile", f.cpuProfile+".server")
 	}
@@ -556,14 +597,6 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 // sets this process's environment and childEnv, and returns what undoes
 // it.
 var localLinks = map[string]func() (cleanup func(), err error){}
-
-// defaultLink is the -link default: $RSOCK_LINK, else auto.
-func defaultLink() string {
-	if l := os.Getenv(netconn.EnvLink); l != "" {
-		return l
-	}
-	return netconn.LinkAuto
-}
 
 // startCPUProfile starts writing a CPU profile to path (nothing if path
 // is empty); the returned function stops it.

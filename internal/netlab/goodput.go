@@ -208,8 +208,10 @@ func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCas
 	clientNS, serverNS := c.ends(lab)
 	addr := net.JoinHostPort(serverNS.Addr(c.IPv6).String(), strconv.Itoa(goodputPorts[tr]))
 	timeout := cfg.Timeout.String()
+	// The udp link: the path benchmark measures soft-RoCE over the
+	// kernel's UDP (auto would run TCP between the namespaces).
 	server, err := lab.Start(serverNS, cfg.Rsockbench, "server", "-verify", "-counters", "-sessions", "1",
-		"-addr", addr, "-timeout", timeout)
+		"-addr", addr, "-timeout", timeout, "-link", "udp")
 	if err != nil {
 		return TransportRun{}, verbs.Counters{}, err
 	}
@@ -217,7 +219,7 @@ func runTransport(ctx context.Context, lab *Lab, cfg GoodputConfig, c GoodputCas
 		return TransportRun{}, verbs.Counters{}, err
 	}
 	jsonPath := filepath.Join(tmp, tr+".json")
-	args := []string{"client", "-verify", "-addr", addr, "-transports", tr, "-modes", "stream",
+	args := []string{"client", "-verify", "-addr", addr, "-transports", tr, "-modes", "stream", "-link", "udp",
 		"-sizes", "64KiB", "-conns", "1", "-timeout", timeout, "-counters", "-json", jsonPath}
 	if cfg.Bytes > 0 {
 		args = append(args, "-bytes", strconv.FormatInt(cfg.Bytes, 10))

@@ -62,9 +62,8 @@ func open(cfg Config, addr netip.AddrPort, buffSize int) (_ *side, err error) {
 	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|remote); err != nil {
 		return nil, fmt.Errorf("register %d bytes: %w", len(s.buf), err)
 	}
-	if err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: remote},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		return nil, fmt.Errorf("QP to INIT: %w", err)
+	if err = verbs.InitRC(s.qp, remote); err != nil {
+		return nil, err
 	}
 	s.self = Dest{
 		OutReads: uint16(cfg.OutReads),
@@ -93,22 +92,12 @@ func (s *side) connect(rem Dest, mtu verbs.MTU) error {
 	if rem.GID == (verbs.GID{}) {
 		return errors.New("perftest: peer sent an all-zero GID: RoCE needs one")
 	}
-	err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
+	return verbs.ConnectRC(s.qp, verbs.RCPeer{
 		AH:      verbs.AH{DGID: rem.GID, HopLimit: 0xff, DPort: s.cfg.PeerRoCEPort},
-		PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN,
-		MaxDestRdAtomic: uint8(s.self.OutReads), MinRNRTimer: minRNRTimer},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	if err != nil {
-		return fmt.Errorf("QP to RTR: %w", err)
-	}
-	err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: s.self.PSN, Timeout: s.cfg.QPTimeout, RetryCnt: 7, RNRRetry: 7,
-		MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 128))},
-		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
-	if err != nil {
-		return fmt.Errorf("QP to RTS: %w", err)
-	}
-	return nil
+		PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: s.self.PSN,
+		MaxDestRdAtomic: uint8(s.self.OutReads), MaxRdAtomic: uint8(min(max(int(rem.OutReads), 1), 128)),
+		MinRNRTimer: minRNRTimer, Timeout: s.cfg.QPTimeout, RetryCnt: 7, RNRRetry: 7,
+	})
 }
 
 // sendHalf and recvHalf return the SGE of a message of size bytes at the

@@ -164,9 +164,8 @@ func open(cfg Config, addr netip.AddrPort) (_ *side, err error) {
 	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("register %d bytes: %w", len(s.buf), err)
 	}
-	if err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		return nil, fmt.Errorf("QP to INIT: %w", err)
+	if err = verbs.InitRC(s.qp, 0); err != nil {
+		return nil, err
 	}
 	s.self = Dest{QPN: s.qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: verbs.GIDFromAddr(dev.LocalAddr().Addr())}
 	return s, nil
@@ -204,21 +203,11 @@ func (s *side) connect(rem Dest) error {
 	if rem.GID == (verbs.GID{}) {
 		return errors.New("peer sent an all-zero GID: RoCE needs one (run ibv_rc_pingpong with -g)")
 	}
-	err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
+	return verbs.ConnectRC(s.qp, verbs.RCPeer{
 		AH:      verbs.AH{DGID: rem.GID, HopLimit: 1, DPort: s.cfg.PeerRoCEPort},
-		PathMTU: verbs.MTUFromBytes(s.cfg.MTU), DestQPN: rem.QPN, RQPSN: rem.PSN,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	if err != nil {
-		return fmt.Errorf("QP to RTR: %w", err)
-	}
-	err = s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: s.self.PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
-	if err != nil {
-		return fmt.Errorf("QP to RTS: %w", err)
-	}
-	return nil
+		PathMTU: verbs.MTUFromBytes(s.cfg.MTU), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: s.self.PSN,
+		MaxDestRdAtomic: 1, MaxRdAtomic: 1, MinRNRTimer: 12, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+	})
 }
 
 // run is the ping-pong loop of ibv_rc_pingpong: a side sends its next

@@ -7,19 +7,17 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
+	"github.com/rsock-go/rsock/netconn"
+	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
 )
 
-// Port is the UDP port RoCEv2 peers (rxe, RNICs) send to.
-const Port = 4791
-
 // LocalIPFor returns the local IP the kernel would use to reach peer.
 func LocalIPFor(peer netip.Addr) (netip.Addr, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, Port)))
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(peer, verbs.RoCEv2Port)))
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("no route to %v: %w", peer, err)
 	}
@@ -37,7 +35,7 @@ func For(addr netip.AddrPort, peer netip.Addr) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	return netip.AddrPortFrom(ip, Port), nil
+	return netip.AddrPortFrom(ip, verbs.RoCEv2Port), nil
 }
 
 // ForConn returns addr if it is valid, else the local IP that routes to
@@ -53,23 +51,23 @@ func ForConn(addr netip.AddrPort, conn net.Conn) (netip.AddrPort, error) {
 	return For(addr, ta.AddrPort().Addr().Unmap())
 }
 
-// EnvLink names the link the device is opened on: a link registered
-// with link.Register (dpdk, in binaries built with -tags dpdk), which is
-// configured by its own knobs; anything else, or unset, means a UDP
-// socket. It is netconn's variable, so that RSOCK_LINK=dpdk moves every
-// mode of rsockbench onto the dpdk link.
-const EnvLink = "RSOCK_LINK"
-
-// OpenDevice opens a soft-RoCE device on addr: on the registered link
-// $RSOCK_LINK names, whose address must then be addr's IP, else on a UDP
-// link bound to addr.
+// OpenDevice opens a soft-RoCE device on addr, on the link that netconn's
+// plan gives for a RoCE peer and the setting $RSOCK_LINK
+// (netconn.RoCELink): a UDP socket bound to addr for auto and udp, or the
+// registered link the setting names (dpdk), whose address must then be
+// addr's IP. A link that cannot reach a RoCE peer (memif) or an unknown
+// name is an error.
 func OpenDevice(addr netip.AddrPort) (*softroce.Device, error) {
-	l, err := openLink(addr)
+	name, err := netconn.RoCELink("", addr.Addr(), addr.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", netconn.EnvLink, err)
+	}
+	l, err := openLink(name, addr)
 	if err != nil {
 		return nil, err
 	}
 	cfg := softroce.Config{Link: l}
-	if m, ok := l.(interface{ MTU() int }); ok && l.Name() != "udp" {
+	if m, ok := l.(interface{ MTU() int }); ok && l.Name() != netconn.LinkUDP {
 		mtu, err := softroce.MTUForIP(m.MTU(), !l.LocalAddr().Addr().Is4())
 		if err != nil {
 			l.Close()
@@ -85,16 +83,18 @@ func OpenDevice(addr netip.AddrPort) (*softroce.Device, error) {
 	return dev, nil
 }
 
-// openLink opens the link OpenDevice puts its device on.
-func openLink(addr netip.AddrPort) (link.Link, error) {
-	name := os.Getenv(EnvLink)
-	open, ok := link.Lookup(name)
-	if name == "" || !ok {
+// openLink opens the link name at addr.
+func openLink(name string, addr netip.AddrPort) (link.Link, error) {
+	if name == netconn.LinkUDP {
 		l, err := udp.Listen(udp.Config{Addr: addr})
 		if err != nil {
 			return nil, fmt.Errorf("RoCE link on %v: %w", addr, err)
 		}
 		return l, nil
+	}
+	open, ok := link.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("link %q is not in this binary", name)
 	}
 	l, err := open(link.OpenConfig{Addr: addr.Addr()})
 	if err != nil {

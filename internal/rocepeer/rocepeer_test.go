@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/rsock-go/rsock/netconn"
+	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
 )
@@ -15,7 +17,7 @@ func TestFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := netip.AddrPortFrom(lo, Port); got != want {
+	if want := netip.AddrPortFrom(lo, verbs.RoCEv2Port); got != want {
 		t.Fatalf("For(invalid, 127.0.0.1) = %v, want %v", got, want)
 	}
 	given := netip.MustParseAddrPort("127.0.0.1:5000")
@@ -39,7 +41,8 @@ func TestForConn(t *testing.T) {
 
 // TestOpenDeviceRegistered opens the device on the link $RSOCK_LINK
 // names when one is registered under that name, and refuses one whose
-// address is not the RoCE address.
+// address is not the RoCE address; auto and udp open a UDP socket, and
+// a link that cannot reach a RoCE peer, or no link at all, is an error.
 func TestOpenDeviceRegistered(t *testing.T) {
 	pn := pipe.NewNetwork(pipe.Faults{})
 	defer pn.Close()
@@ -49,7 +52,7 @@ func TestOpenDeviceRegistered(t *testing.T) {
 		opened++
 		return pn.Endpoint(at)
 	})
-	t.Setenv(EnvLink, "rocepeer-test")
+	t.Setenv(netconn.EnvLink, "rocepeer-test")
 	dev, err := OpenDevice(at)
 	if err != nil {
 		t.Fatal(err)
@@ -62,13 +65,23 @@ func TestOpenDeviceRegistered(t *testing.T) {
 		dev.Close()
 		t.Error("OpenDevice accepted a registered link at another address")
 	}
-	t.Setenv(EnvLink, "no-such-link")
-	if dev, err := OpenDevice(netip.MustParseAddrPort("127.0.0.1:0")); err != nil {
-		t.Errorf("unregistered link name: %v; want the UDP link", err)
-	} else {
+	for _, name := range []string{"", netconn.LinkAuto, netconn.LinkUDP} {
+		t.Setenv(netconn.EnvLink, name)
+		dev, err := OpenDevice(netip.MustParseAddrPort("127.0.0.1:0"))
+		if err != nil {
+			t.Errorf("RSOCK_LINK=%q: %v; want the UDP link", name, err)
+			continue
+		}
 		if got := dev.Link(); got != "udp" {
-			t.Errorf("unregistered link name: device on %q, want udp", got)
+			t.Errorf("RSOCK_LINK=%q: device on %q, want udp", name, got)
 		}
 		dev.Close()
+	}
+	for _, name := range []string{netconn.LinkMemif, "no-such-link"} {
+		t.Setenv(netconn.EnvLink, name)
+		if dev, err := OpenDevice(netip.MustParseAddrPort("127.0.0.1:0")); err == nil {
+			dev.Close()
+			t.Errorf("RSOCK_LINK=%q: a device on %q, want an error", name, dev.Link())
+		}
 	}
 }

@@ -23,11 +23,11 @@ type ClientConfig struct {
 	// TCPAddr is the server's plain TCP address; empty means Addr's host
 	// with the port the server announces.
 	TCPAddr string
-	// Provider is the netconn provider of rsock data connections;
-	// default softroce.
+	// Provider is the netconn provider of rsock data connections; empty
+	// means the library's default ($RSOCK_PROVIDER, else auto).
 	Provider string
 	// Link is the netconn link of rsock data connections (auto, udp,
-	// memif); empty means $RSOCK_LINK, else auto.
+	// memif, dpdk); empty means $RSOCK_LINK, else auto.
 	Link string
 	// Timeout bounds each wait for the server; default DefaultTimeout.
 	Timeout time.Duration
@@ -50,9 +50,6 @@ type Client struct {
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Provider == "" {
-		cfg.Provider = netconn.ProviderSoftRoCE
 	}
 	host, _, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {

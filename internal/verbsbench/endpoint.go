@@ -109,10 +109,8 @@ func openEndpoint(provider string, addr netip.AddrPort, p *Params, seed byte) (_
 	if e.mr, err = e.pd.RegMR(e.buf, access); err != nil {
 		return nil, fmt.Errorf("register %d bytes: %w", len(e.buf), err)
 	}
-	err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: access},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-	if err != nil {
-		return nil, fmt.Errorf("QP to INIT: %w", err)
+	if err = verbs.InitRC(e.qp, access); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -134,7 +132,7 @@ func (e *endpoint) roceAddr() netip.AddrPort {
 }
 
 // roceUDPPort is RoCEv2's UDP port, where a device listens.
-const roceUDPPort = 4791
+const roceUDPPort = verbs.RoCEv2Port
 
 // counters returns the device's retransmit, timeout and RNR NAK counts
 // since the endpoint opened it (an RDMA device's include other users').
@@ -172,24 +170,14 @@ func (e *endpoint) connect(peer *Params) error {
 	if active := e.dev.Port().ActiveMTU; active != 0 {
 		mtu = min(mtu, active)
 	}
-	err := e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
-		AH:      verbs.AH{DGID: peer.GID, DPort: peer.Port},
-		PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
-		MaxDestRdAtomic: uint8(peer.Outs), MinRNRTimer: 1},
-		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-	if err != nil {
-		return fmt.Errorf("QP to RTR: %w", err)
-	}
 	// Timeout 14 is about 67 ms, as perftest; seven retries then fail the
 	// QP when the peer is gone. RNR retry 7 waits for receives forever.
-	err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: e.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7,
-		MaxRdAtomic: uint8(peer.Outs)},
-		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
-	if err != nil {
-		return fmt.Errorf("QP to RTS: %w", err)
-	}
-	return nil
+	return verbs.ConnectRC(e.qp, verbs.RCPeer{
+		AH:      verbs.AH{DGID: peer.GID, DPort: peer.Port},
+		PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN, SQPSN: e.psn,
+		MaxDestRdAtomic: uint8(peer.Outs), MaxRdAtomic: uint8(peer.Outs), MinRNRTimer: 1,
+		Timeout: 14, RetryCnt: 7, RNRRetry: 7,
+	})
 }
 
 // close releases the device and the buffer.

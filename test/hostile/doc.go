@@ -15,6 +15,13 @@
 // they skip, saying why. -hostile.loopback runs them on loopback even where
 // namespaces can be made.
 //
+// Hostile handshakes (handshake_test.go): clients and servers that speak
+// rsock's handshake by hand and lie in their Hello: a RoCE address that is
+// not theirs (a victim's UDP socket must receive nothing, IPv4 and IPv6,
+// both ways), a memif offer from another host (the listener must connect
+// to nothing), and offers that probe the server's files (the Decline must
+// say the same, and nothing local, whatever went wrong).
+//
 // The default run keeps to well under a minute; -hostile.soak sends
 // fifty times as many packets over a longer transfer:
 //

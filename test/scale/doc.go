@@ -14,7 +14,8 @@
 // The link is udp (-scale.link): a process's udp devices are shared by
 // all its connections, while a memif link is one per connection and is
 // capped at 64 per process by design; -scale.link=auto shows that the
-// connections past that cap go to the udp link.
+// connections past that cap go to TCP (auto never runs the udp link,
+// slower than TCP on one host).
 //
 // The default run holds 200 connections so that CI stays fast; the run of
 // the README's numbers is

@@ -15,7 +15,7 @@ import (
 )
 
 // roceUDPPort is the RoCEv2 UDP port, the only one an RNIC sends to.
-const roceUDPPort = 4791
+const roceUDPPort = verbs.RoCEv2Port
 
 // QP is an RC queue pair (ibv_qp).
 type QP struct {

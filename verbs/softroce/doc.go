@@ -2,18 +2,40 @@
 // that needs no RDMA hardware and no kernel RDMA stack.
 //
 // It speaks the RoCEv2 wire format (package wire) over a packet link
-// (package link: a UDP socket by default), and is organised like the Linux
-// kernel's rxe driver:
+// (package link: a kernel UDP socket, memif shared-memory rings, a DPDK
+// port behind the build tag dpdk, or an in-memory pipe for tests), and is
+// organised like the Linux kernel's rxe driver, one job per file:
 //
+//   - device.go opens a device on a link; receiver.go is its receive loop,
+//     which reads packets in batches and dispatches each by destination
+//     QP, then sends the responses and coalesced ACKs of the batch;
+//   - qp.go creates and modifies queue pairs (the IBTA state machine, with
+//     verbs.CheckTransition) and takes posted work requests; qpn.go draws
+//     their numbers at random;
 //   - requester.go segments send work requests into MTU-sized packets,
-//     assigns PSNs and keeps a bounded window of unacknowledged packets;
-//   - responder.go checks and executes incoming requests (SEND, RDMA WRITE,
-//     RDMA READ, atomics), enforces remote access rights, coalesces ACKs
-//     and answers duplicates;
+//     assigns PSNs (psn.go) and keeps the window of unacknowledged packets
+//     (window.go: its size follows the loss evidence, as Reno's does);
+//   - responder.go checks and executes incoming requests (SEND, RDMA
+//     WRITE, RDMA READ, atomics) against the memory regions (mr.go,
+//     memory.go), enforces remote access rights, coalesces ACKs and
+//     answers duplicates;
 //   - completer.go processes ACKs, NAKs and READ responses, retires work
-//     requests into completions, and drives go-back-N retransmission, the
-//     local ACK timeout and the RNR timer.
+//     requests into completions (cq.go), and runs the local ACK timeout
+//     and the RNR timer (timer.go).
 //
-// One goroutine per device receives packets in batches and dispatches them
-// by destination QP. Senders transmit from the posting goroutine.
+// Loss recovery: toward other RoCE peers (rxe, RNICs), the IBTA's
+// go-back-N, in completer.go: a sequence NAK or a timeout resends from the
+// first unacknowledged PSN. Between two soft-RoCE QPs that negotiated it
+// (SetSelectiveRepeat; rsock does in its handshake), selective repeat in
+// three files: selective.go (the pure state: the responder's bitmap of
+// PSNs that arrived past a gap, and the requester's scoreboard, which
+// takes a packet as lost RACK-style, by later transmissions that
+// arrived), placement.go (the responder places a WRITE that arrives past
+// a gap at once) and recovery.go (the requester resends only the PSNs the
+// scoreboard says are lost, in bounded bursts). READ and atomic requests
+// keep go-back-N, since the completer tracks their responses in order.
+//
+// Senders transmit from the posting goroutine. stats.go and counters.go
+// report a QP's and a device's numbers; capture.go writes a device's
+// packets as a pcap; pathmtu.go derives a path MTU from an IP MTU.
 package softroce

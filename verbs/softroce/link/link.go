@@ -12,10 +12,12 @@ package link
 import (
 	"errors"
 	"net/netip"
+
+	"github.com/rsock-go/rsock/verbs"
 )
 
-// RoCEv2Port is the IANA UDP destination port of RoCEv2.
-const RoCEv2Port = 4791
+// RoCEv2Port is the IANA UDP destination port of RoCEv2 (verbs.RoCEv2Port).
+const RoCEv2Port = verbs.RoCEv2Port
 
 // ErrClosed is returned by Send and Recv once the link is closed.
 var ErrClosed = errors.New("link: closed")

@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	netlab exchange -listen ADDR | -dial ADDR [-bytes N] [-seed S] [-rate B/s] [-progress N] [-stall D]
+//	netlab exchange -listen ADDR | -dial ADDR [-link udp] [-bytes N] [-seed S] [-rate B/s] [-progress N] [-stall D]
 //	netlab relay -a IF -b IF [-duplicate F] [-reorder F] [-reorder-depth N] [-reorder-hold D] [-seed S]
 //	netlab goodput -rsockbench PATH [-mtus 9000,1500] [-loss 0,0.1,1,5,20] [-directions one,both] [-families ipv4] [-bytes 256MiB | -duration D] [-case-timeout D] [-total-timeout D] [-prefix P]
 //
@@ -104,6 +104,7 @@ func runExchange(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "", "listen on this address (netconn.Listen) and serve one connection")
 	dial := fs.String("dial", "", "dial this address (netconn.Dial)")
+	linkName := fs.String("link", netconn.LinkUDP, "netconn link (the path tests run soft-RoCE over the kernel's UDP; auto runs TCP between hosts without an RNIC)")
 	size := fs.String("bytes", "16MiB", "bytes to send (and to receive) each way")
 	seed := fs.Uint64("seed", 1, "seed of the pseudo-random streams")
 	rate := fs.Int64("rate", 0, "cap the sending rate at this many bytes per second (0: none)")
@@ -127,7 +128,7 @@ func runExchange(args []string, stdout, stderr io.Writer) int {
 		cfg.ProgressEvery = *progress
 		cfg.Progress = func(received int64) { ev.emit(netlab.Event{Event: netlab.EventProgress, Received: received}) }
 	}
-	res := exchange(*listen, *dial, cfg, ev)
+	res := exchange(*listen, *dial, *linkName, cfg, ev)
 	ev.emit(netlab.Event{Event: netlab.EventResult, Result: res})
 	if res.Error != "" {
 		fmt.Fprintf(stderr, "netlab exchange: %s\n", res.Error)
@@ -141,10 +142,11 @@ const exchangeAcceptTimeout = time.Minute
 
 // exchange connects (listening or dialing), runs netlab.Exchange, and
 // fills in the transport and the counters.
-func exchange(listen, dial string, cfg netlab.ExchangeConfig, ev *events) *netlab.ExchangeResult {
+func exchange(listen, dial, linkName string, cfg netlab.ExchangeConfig, ev *events) *netlab.ExchangeResult {
 	var c net.Conn
 	if listen != "" {
-		ln, err := netconn.Listen("tcp", listen)
+		lc := netconn.ListenConfig{Link: linkName}
+		ln, err := lc.Listen(context.Background(), "tcp", listen)
 		if err != nil {
 			return &netlab.ExchangeResult{MismatchAt: -1, Error: err.Error()}
 		}
@@ -157,7 +159,7 @@ func exchange(listen, dial string, cfg netlab.ExchangeConfig, ev *events) *netla
 			return &netlab.ExchangeResult{MismatchAt: -1, Error: fmt.Sprintf("accept: %v", err)}
 		}
 	} else {
-		d := netconn.Dialer{Dialer: net.Dialer{Timeout: 30 * time.Second}}
+		d := netconn.Dialer{Dialer: net.Dialer{Timeout: 30 * time.Second}, Link: linkName}
 		var err error
 		if c, err = d.DialContext(context.Background(), "tcp", dial); err != nil {
 			return &netlab.ExchangeResult{MismatchAt: -1, Error: err.Error()}
