@@ -42,8 +42,8 @@ func TestAutoSameHostWithoutMemif(t *testing.T) {
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	maxMemifConns = memifConns.Load()
 	before := Snapshot().Fallbacks[FallbackNoFastPath]
-	ln := listen(t, ListenConfig{Stream: streamSmall})
-	c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
+	c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
 	defer c.Close()
 	defer s.Close()
 	var fe *FallbackError
