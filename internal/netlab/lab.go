@@ -27,8 +27,8 @@ type Config struct {
 	// 10.77.1.2/24 and fd77:0:0:1::2/64, M at .254 and ::fe of each), as
 	// a real router does: it forwards, and answers a datagram too large
 	// for its outgoing link with ICMP "fragmentation needed" or "packet
-	// too big". Set an MTU of M's veths with SetRouterMTU. It excludes
-	// Relay.
+	// too big". Lower the MTU of M's routes with SetRouterMTU. It
+	// excludes Relay.
 	Router bool
 	// Prefix starts the names of the lab's namespaces; default "netlab".
 	// A script that must clean up after a killed run can delete every
@@ -295,15 +295,23 @@ func (l *Lab) makeRouter(mtu string) error {
 	return nil
 }
 
-// SetRouterMTU sets the MTU of M's veths in a routed lab (Config.Router):
-// datagrams larger than it that M forwards are dropped, and their senders
-// told with ICMP.
+// SetRouterMTU sets the MTU of M's routes to A's and B's subnets in a
+// routed lab (Config.Router), as a narrower link beyond the router would:
+// datagrams larger than it that M forwards are dropped, and M tells their
+// senders with ICMP "fragmentation needed" or "packet too big". (Lowering
+// the veths' own MTU instead would drop the larger frames silently on
+// arrival, before M's IP layer sees them.)
 func (l *Lab) SetRouterMTU(mtu int) error {
 	if l.M == nil || !l.cfg.Router {
 		return errors.New("netlab: the lab has no router (Config.Router)")
 	}
-	for _, dev := range []string{l.M.Dev, l.M.Dev2} {
-		if err := run("ip", "-n", l.M.Name, "link", "set", dev, "mtu", strconv.Itoa(mtu)); err != nil {
+	m := strconv.Itoa(mtu)
+	for _, r := range [][]string{
+		{"10.77.0.0/24", "dev", l.M.Dev}, {"10.77.1.0/24", "dev", l.M.Dev2},
+		// The kernel's IPv6 routes of an address have metric 256.
+		{"fd77::/64", "dev", l.M.Dev, "metric", "256"}, {"fd77:0:0:1::/64", "dev", l.M.Dev2, "metric", "256"},
+	} {
+		if err := run(append(append([]string{"ip", "-n", l.M.Name, "route", "change"}, r...), "mtu", m)...); err != nil {
 			return err
 		}
 	}

@@ -69,6 +69,14 @@ func TestPathMTUDrop(t *testing.T) {
 					t.Errorf("%s: received stream differs from the peer's pattern at offset %d", side, r.MismatchAt)
 				}
 			}
+			for _, ns := range []*netlab.Namespace{lab.A, lab.B} {
+				peer := lab.B.Addr(ipv6)
+				if ns == lab.B {
+					peer = lab.A.Addr(ipv6)
+				}
+				out, _ := ns.Run("ip", "route", "get", peer.String())
+				t.Logf("%s: ip route get %v: %s", ns.Name, peer, strings.Join(strings.Fields(out), " "))
+			}
 			if named == 0 {
 				t.Error("no side's error names the path MTU of 1500 bytes")
 			}
