@@ -63,7 +63,12 @@ func TestCheckICRCAnyID(t *testing.T) {
 				t.Fatalf("n %d, IPv4 ID %d, damaged: %v, want bad", n, id, got)
 			}
 		}
-		// A random ICRC: no ID explains it but once in 65,536.
+		// Don't-fragment clear: unverified too.
+		noDF := wire.ComputeICRCFromHeaders(ipv4UDP(src4, dst4, id, 0, n), pkt)
+		if got := l4.checkICRC(&s, src4, pkt, noDF, 0); got != link.ICRCUnverified {
+			t.Fatalf("n %d, IPv4 ID %d, without DF: %v, want unverified", n, id, got)
+		}
+		// A random ICRC: no ID explains it but about once in 32,768.
 		bad++
 		if l4.checkICRC(&s, src4, pkt, r.Uint32(), 0) != link.ICRCBad {
 			badPassed++
@@ -80,6 +85,16 @@ func TestCheckICRCAnyID(t *testing.T) {
 	if badPassed > 2 {
 		t.Errorf("%d of %d random ICRCs were taken as some IPv4 ID's", badPassed, bad)
 	}
+}
+
+// ipv4UDP returns IPv4 and UDP headers from src to dst for a RoCEv2
+// packet of n bytes, with IPv4 ID id and flags.
+func ipv4UDP(src, dst netip.AddrPort, id uint16, flags uint8, n int) []byte {
+	h := make([]byte, wire.IPv4MinLen+wire.UDPLen)
+	wire.IPv4(h).Encode(&wire.IPv4Fields{TotalLen: uint16(len(h) + n + wire.ICRCLen), ID: id, Flags: flags,
+		TTL: 64, Protocol: 17, Src: src.Addr(), Dst: dst.Addr()})
+	wire.UDP(h[wire.IPv4MinLen:]).Encode(src.Port(), dst.Port(), uint16(wire.UDPLen+n+wire.ICRCLen), 0)
+	return h
 }
 
 func TestIDCacheNoAlloc(t *testing.T) {
