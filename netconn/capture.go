@@ -3,7 +3,9 @@ package netconn
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/rsock-go/rsock/verbs/softroce"
@@ -13,7 +15,13 @@ import (
 const (
 	// EnvPcap names a file that every soft-RoCE device the process opens
 	// from then on writes its packets to, as a pcap (see
-	// softroce.Capture). The file is created when the first device opens.
+	// softroce.Capture), with the process ID put in before the extension
+	// (cap.pcap becomes cap.1234.pcap; see CapturePath): processes that
+	// inherit the variable, such as a server and its children, each
+	// write a valid file of their own, never one over another's. The
+	// file is created, mode 0600, when the first device opens; a
+	// symbolic link or another user's file in its place is refused
+	// (softroce.CreateCapture).
 	EnvPcap = "RSOCK_PCAP"
 	// EnvPcapMax bounds the file, in bytes; default DefaultPcapMax. Once
 	// it is reached, packets are counted and not written.
@@ -51,13 +59,27 @@ func deviceCapture() *softroce.Capture {
 			limit = n
 		}
 	}
-	c, err := softroce.CreateCapture(path, limit)
+	file := CapturePath(path, os.Getpid())
+	c, err := softroce.CreateCapture(file, limit)
 	if err != nil {
 		currentLogger().Warn("rsock: no packet capture", slog.String("error", err.Error()))
 		return nil
 	}
+	currentLogger().Info("rsock: packet capture", slog.String("file", file))
 	capture.path, capture.c = path, c
 	return c
+}
+
+// CapturePath returns the file that process pid writes its capture to when
+// $RSOCK_PCAP is path: path with ".pid" put in before its extension, or
+// at its end if it has none.
+func CapturePath(path string, pid int) string {
+	dir, base := filepath.Split(path)
+	ext := filepath.Ext(base)
+	if ext == base { // ".pcap" alone is a name, not an extension
+		ext = ""
+	}
+	return dir + strings.TrimSuffix(base, ext) + "." + strconv.Itoa(pid) + ext
 }
 
 // closeCapture closes the process's capture file, if any; devices still

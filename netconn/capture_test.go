@@ -44,6 +44,7 @@ func TestCapture(t *testing.T) {
 	if err := closeCapture(); err != nil {
 		t.Fatal(err)
 	}
+	file = CapturePath(file, os.Getpid())
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +136,21 @@ func checkFrames(t *testing.T, b []byte) (int, uint16) {
 		}
 		if wire.ICRCOf(f[len(f)-wire.ICRCLen:]) != wire.ComputeICRCFromHeaders(f[wire.EthernetLen:hl], body) {
 			t.Fatalf("frame %d: the ICRC does not verify", n)
+		}
+	}
+}
+
+func TestCapturePath(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"cap.pcap", "cap.42.pcap"},
+		{"/tmp/x/cap.pcap", "/tmp/x/cap.42.pcap"},
+		{"cap", "cap.42"},
+		{"dir.d/cap", "dir.d/cap.42"},
+		{".pcap", ".pcap.42"},
+		{"a.b.pcap", "a.b.42.pcap"},
+	} {
+		if got := CapturePath(c.in, 42); got != c.want {
+			t.Errorf("CapturePath(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

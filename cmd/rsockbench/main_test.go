@@ -86,6 +86,7 @@ func TestBinary(t *testing.T) {
 	t.Run("local", func(t *testing.T) { testVerbsLocal(t, bin) })
 	t.Run("server-killed", func(t *testing.T) { testVerbsServerKilled(t, bin) })
 	t.Run("no-server", func(t *testing.T) { testVerbsNoServer(t, bin) })
+	t.Run("pcap", func(t *testing.T) { testLocalPcap(t, bin) })
 }
 
 // runBin runs the binary with a time limit and returns its exit code and output.

@@ -582,6 +582,11 @@ func streamLocal(ctx context.Context, f *streamFlags, s *streambench.Sweep, stdo
 	if f.verbose {
 		fmt.Fprintf(stderr, "server: pid %d: %s\n", child.pid(), line)
 	}
+	if pc := os.Getenv(netconn.EnvPcap); pc != "" {
+		// Each process writes its own file (netconn.EnvPcap).
+		fmt.Fprintf(stderr, "packet captures: %s (client), %s (server)\n",
+			netconn.CapturePath(pc, os.Getpid()), netconn.CapturePath(pc, child.pid()))
+	}
 	if _, p, ok := strings.Cut(after, serverProcsSep); ok {
 		f.serverProcs, _ = strconv.Atoi(p)
 	}

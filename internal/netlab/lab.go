@@ -22,6 +22,14 @@ type Config struct {
 	MTU int
 	// Relay puts a middle namespace M between A and B, for StartRelay.
 	Relay bool
+	// Router puts a middle namespace M between A and B that routes IP
+	// between two subnets (A at 10.77.0.1/24 and fd77::1/64, B at
+	// 10.77.1.2/24 and fd77:0:0:1::2/64, M at .254 and ::fe of each), as
+	// a real router does: it forwards, and answers a datagram too large
+	// for its outgoing link with ICMP "fragmentation needed" or "packet
+	// too big". Lower the MTU of M's routes with SetRouterMTU. It
+	// excludes Relay.
+	Router bool
 	// Prefix starts the names of the lab's namespaces; default "netlab".
 	// A script that must clean up after a killed run can delete every
 	// namespace whose name starts with a prefix of its own.
@@ -139,8 +147,14 @@ func New(cfg Config) (_ *Lab, err error) {
 		B:     &Namespace{Name: base + "-b", Dev: devB, IPv4: addrB4, IPv6: addrB6, mac: macB},
 		procs: make(map[*Proc]bool),
 	}
-	if cfg.Relay {
+	if cfg.Relay && cfg.Router {
+		return nil, errors.New("netlab: a lab has a relay or a router, not both")
+	}
+	if cfg.Relay || cfg.Router {
 		l.M = &Namespace{Name: base + "-m", Dev: devMToA, Dev2: devMToB}
+	}
+	if cfg.Router {
+		l.B.IPv4, l.B.IPv6 = routedB4, routedB6
 	}
 	defer func() {
 		if err != nil {
@@ -182,6 +196,11 @@ func New(cfg Config) (_ *Lab, err error) {
 			{"ip", "-n", ns.Name, "neigh", "replace", peer.IPv4.String(), "lladdr", peer.mac, "dev", ns.Dev, "nud", "permanent"},
 			{"ip", "-n", ns.Name, "neigh", "replace", peer.IPv6.String(), "lladdr", peer.mac, "dev", ns.Dev, "nud", "permanent"},
 		}
+		if cfg.Router {
+			// No static neighbours: the router answers ARP and
+			// neighbour solicitations.
+			steps = steps[:4]
+		}
 		for _, s := range steps {
 			if err := run(s...); err != nil {
 				return nil, err
@@ -194,7 +213,11 @@ func New(cfg Config) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
-	if l.M != nil {
+	if cfg.Router {
+		if err := l.makeRouter(mtu); err != nil {
+			return nil, err
+		}
+	} else if l.M != nil {
 		for _, dev := range []string{l.M.Dev, l.M.Dev2} {
 			// No addresses at all in M, IPv6 link-local included: its
 			// kernel answers nothing and sends nothing of its own.
@@ -220,8 +243,79 @@ func New(cfg Config) (_ *Lab, err error) {
 		if err := run("ip", "-n", ns.Name, "link", "set", ns.Dev, "up"); err != nil {
 			return nil, err
 		}
+		if cfg.Router {
+			gw4, gw6 := routerA4, routerA6
+			if ns == l.B {
+				gw4, gw6 = routerB4, routerB6
+			}
+			if err := run("ip", "-n", ns.Name, "route", "add", "default", "via", gw4.String()); err != nil {
+				return nil, err
+			}
+			if err := run("ip", "-n", ns.Name, "-6", "route", "add", "default", "via", gw6.String()); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return l, nil
+}
+
+// Addresses of a routed lab (Config.Router): B's, and M's on each side.
+var (
+	routedB4 = netip.MustParseAddr("10.77.1.2")
+	routedB6 = netip.MustParseAddr("fd77:0:0:1::2")
+	routerA4 = netip.MustParseAddr("10.77.0.254")
+	routerA6 = netip.MustParseAddr("fd77::fe")
+	routerB4 = netip.MustParseAddr("10.77.1.254")
+	routerB6 = netip.MustParseAddr("fd77:0:0:1::fe")
+)
+
+// makeRouter configures M as a router between A's subnet and B's.
+func (l *Lab) makeRouter(mtu string) error {
+	steps := [][]string{
+		{"ip", "netns", "exec", l.M.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"ip", "netns", "exec", l.M.Name, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
+		{"ip", "-n", l.M.Name, "addr", "add", routerA4.String() + "/24", "dev", l.M.Dev},
+		{"ip", "-n", l.M.Name, "addr", "add", routerA6.String() + "/64", "dev", l.M.Dev, "nodad"},
+		{"ip", "-n", l.M.Name, "addr", "add", routerB4.String() + "/24", "dev", l.M.Dev2},
+		{"ip", "-n", l.M.Name, "addr", "add", routerB6.String() + "/64", "dev", l.M.Dev2, "nodad"},
+	}
+	for _, dev := range []string{l.M.Dev, l.M.Dev2} {
+		steps = append(steps, []string{"ip", "-n", l.M.Name, "link", "set", dev, "mtu", mtu, "up"})
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	for _, dev := range []string{l.M.Dev, l.M.Dev2} {
+		if err := l.setOffloads(l.M, dev, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetRouterMTU sets the MTU of M's routes to A's and B's subnets in a
+// routed lab (Config.Router), as a narrower link beyond the router would:
+// datagrams larger than it that M forwards are dropped, and M tells their
+// senders with ICMP "fragmentation needed" or "packet too big". (Lowering
+// the veths' own MTU instead would drop the larger frames silently on
+// arrival, before M's IP layer sees them.)
+func (l *Lab) SetRouterMTU(mtu int) error {
+	if l.M == nil || !l.cfg.Router {
+		return errors.New("netlab: the lab has no router (Config.Router)")
+	}
+	m := strconv.Itoa(mtu)
+	for _, r := range [][]string{
+		{"10.77.0.0/24", "dev", l.M.Dev}, {"10.77.1.0/24", "dev", l.M.Dev2},
+		// The kernel's IPv6 routes of an address have metric 256.
+		{"fd77::/64", "dev", l.M.Dev, "metric", "256"}, {"fd77:0:0:1::/64", "dev", l.M.Dev2, "metric", "256"},
+	} {
+		if err := run(append(append([]string{"ip", "-n", l.M.Name, "route", "change"}, r...), "mtu", m)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MTU is the MTU of the lab's veths.

@@ -250,21 +250,27 @@ func waitCounter(t *testing.T, v *side, c counterSum, want uint64) uint64 {
 // against both ends of a live stream, in both loss-recovery modes, and
 // checks the stream, the canaries and the counters.
 func TestForgedPackets(t *testing.T) {
-	for _, goBackN := range []bool{false, true} {
-		name := "selective"
-		if goBackN {
-			name = "go-back-N"
-		}
-		t.Run(name, func(t *testing.T) { testForged(t, rsock.Config{GoBackN: goBackN}) })
+	for _, c := range []struct {
+		name   string
+		cfg    rsock.Config
+		strict bool
+	}{
+		{"selective", rsock.Config{}, true},
+		{"go-back-N", rsock.Config{GoBackN: true}, true},
+		// The links as netconn opens them: a forged packet with a wrong
+		// ICRC must still be dropped and counted as an ICRC error.
+		{"selective/netconn-icrc", rsock.Config{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) { testForged(t, c.cfg, c.strict) })
 	}
 }
 
-func testForged(t *testing.T, cfg rsock.Config) {
+func testForged(t *testing.T, cfg rsock.Config, strictICRC bool) {
 	n, minBytes := 1000, int64(32<<20)
 	if *soak {
 		n, minBytes = 50000, 256<<20
 	}
-	a, b := newSides(t, cfg)
+	a, b := newSides(t, cfg, strictICRC)
 	sa, sb := connect(t, a, b)
 	defer sb.Close()
 	defer sa.Close()

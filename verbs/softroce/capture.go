@@ -2,12 +2,15 @@ package softroce
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
@@ -67,10 +70,17 @@ func NewCapture(w io.Writer, limit int64) (*Capture, error) {
 	return &Capture{bw: bw, pw: pw, limit: limit, size: pcap.FileHeaderLen, frame: make([]byte, captureSnapLen)}, nil
 }
 
-// CreateCapture creates (or truncates) the file path and writes a capture
-// to it, at most limit bytes. Close closes the file.
+// CreateCapture creates the file path, readable and writable by its owner
+// only (mode 0600), and writes a capture to it, at most limit bytes. Close
+// closes the file.
+//
+// The file is always a fresh one: path is opened with O_EXCL and
+// O_NOFOLLOW, so a symbolic link at path is refused (whatever it points
+// to), as is a file of another owner or any other kind of file. A regular
+// file of this process's owner (a capture of an earlier run) is removed
+// and created anew, so that it never keeps an earlier mode or content.
 func CreateCapture(path string, limit int64) (*Capture, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := createFresh(path)
 	if err != nil {
 		return nil, fmt.Errorf("softroce: capture: %w", err)
 	}
@@ -81,6 +91,30 @@ func CreateCapture(path string, limit int64) (*Capture, error) {
 	}
 	c.closer = f
 	return c, nil
+}
+
+// createFresh creates path as a new file of mode 0600, replacing only a
+// regular file of the same owner.
+func createFresh(path string) (*os.File, error) {
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+	f, err := os.OpenFile(path, flags, 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, err
+	}
+	fi, lerr := os.Lstat(path)
+	if lerr != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s exists and is not a regular file (%v): not replaced", path, fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s exists and belongs to another user: not replaced", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, flags, 0o600)
 }
 
 // CaptureStats counts what a Capture did with packets.

@@ -2,8 +2,10 @@ package softroce
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 )
 
@@ -30,4 +32,28 @@ func MTUForIP(ipMTU int, ipv6 bool) (verbs.MTU, error) {
 		}
 	}
 	return 0, fmt.Errorf("softroce: an IP MTU of %d bytes cannot carry RoCEv2 packets of 256 bytes", ipMTU)
+}
+
+// pathMTUCause explains a QP whose retries ran out while the host knows,
+// from ICMP perhaps, that the path to the peer carries less than the QP's
+// packets: an error that names that path MTU and wraps EMSGSIZE, or nil.
+// The link sends up to the interface's MTU whatever ICMP says (so that a
+// forged ICMP resets nothing), and the QP does not re-segment packets in
+// flight: a real drop of the path MTU below them loses every full-sized
+// packet until the retries run out, and then this says why.
+func (q *QP) pathMTUCause() error {
+	h, ok := q.dev.link.(link.PathMTUHinter)
+	if !ok || !q.peer.IsValid() || q.mtu == 0 {
+		return nil
+	}
+	dst := q.peer.Addr().Unmap()
+	ipMTU, ok := h.PathMTUHint(dst)
+	if !ok {
+		return nil
+	}
+	if m, err := MTUForIP(ipMTU, !dst.Is4()); err == nil && m.Bytes() >= int(q.mtu) {
+		return nil
+	}
+	return fmt.Errorf("softroce: no acknowledgement after %d retries; the path MTU to %v is %d bytes (learned from ICMP), too small for the QP's packets of %d-byte MTU: %w",
+		q.attr.RetryCnt, dst, ipMTU, q.mtu, syscall.EMSGSIZE)
 }

@@ -172,6 +172,8 @@ func (q *QP) onTimer() {
 				q.count(cRetryExceeded, 1)
 				if q.sendErr != nil {
 					q.cause = fmt.Errorf("softroce: no acknowledgement after %d retries; the link last failed to send: %w", q.attr.RetryCnt, q.sendErr)
+				} else if err := q.pathMTUCause(); err != nil {
+					q.cause = err
 				}
 				q.fail(q.sqHead, verbs.WCRetryExcErr)
 				return

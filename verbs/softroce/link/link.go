@@ -146,3 +146,12 @@ type TailSender interface {
 type Looper interface {
 	RecvLoop(pkts []Packet, handle func([]Packet)) error
 }
+
+// A PathMTUHinter is a Link that can tell the IP MTU toward a peer as the
+// host learned it, from ICMP perhaps ("fragmentation needed", "packet too
+// big"), which anyone can forge. The engine uses it only to explain why a
+// queue pair's packets stopped getting through, never to act on.
+type PathMTUHinter interface {
+	// PathMTUHint returns the IP MTU toward dst, or false if unknown.
+	PathMTUHint(dst netip.Addr) (int, bool)
+}

@@ -703,16 +703,20 @@ func (l *Link) sort(pkts []link.Packet, n int) int {
 			got++
 		case frameARP, frameND:
 			var reply ctlFrame
+			var learned bool
 			l.neighMu.Lock()
 			if kind == frameARP {
 				l.arpIn.Add(1)
-				reply.n = l.st.arpInput(f, l.neigh, time.Now(), reply.b[:])
+				reply.n, learned = l.st.arpInput(f, l.neigh, time.Now(), reply.b[:])
 			} else {
 				l.ndIn.Add(1)
-				reply.n, reply.nd = l.st.ndInput(f, l.neigh, time.Now(), reply.b[:]), true
+				reply.n, learned = l.st.ndInput(f, l.neigh, time.Now(), reply.b[:])
+				reply.nd = true
 			}
-			close(l.neighWake)
-			l.neighWake = make(chan struct{})
+			if learned { // wake the senders waiting for an answer
+				close(l.neighWake)
+				l.neighWake = make(chan struct{})
+			}
 			l.neighMu.Unlock()
 			if reply.n > 0 {
 				l.ctlOut = append(l.ctlOut, reply)

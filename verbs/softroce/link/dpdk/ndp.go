@@ -56,45 +56,56 @@ func (st *station) isND(f []byte, dst wire.MAC) bool {
 	return !ns.TargetAddress().IsMulticast() && ns.Options().IsValid()
 }
 
-// ndInput handles a neighbour discovery frame f (classified frameND): it
-// learns the sender of a solicitation and the target of an
-// advertisement into t, and for a solicitation of our address writes the
-// advertisement that answers it into reply (at least ndFrameLen bytes)
-// and returns its length, else 0.
-func (st *station) ndInput(f []byte, t *neighTable, now time.Time, reply []byte) int {
+// ndInput handles a neighbour discovery frame f (classified frameND) at
+// now, as arpInput does ARP: a solicited advertisement sent to our
+// address is taken into t if it answers a solicitation of ours (learned
+// is then true); a solicitation's sender and an unsolicited
+// advertisement only confirm or question an entry already known. For a
+// solicitation of our address it writes the advertisement that answers
+// it into reply (at least ndFrameLen bytes) and returns its length, else
+// 0, within t's rate limits.
+func (st *station) ndInput(f []byte, t *neighTable, now time.Time, reply []byte) (n int, learned bool) {
 	ip := wire.IPv6(f[wire.EthernetLen:])
 	m := wire.ICMPv6(ip.Payload())
 	src := ip.Src()
 	usable := func(mac wire.MAC) bool { return mac != st.mac && mac[0]&1 == 0 }
+	if !t.take.allow(now) {
+		return 0, false
+	}
 	switch m.Type() {
 	case wire.ICMPv6NeighborSolicit:
 		ns := wire.NDPNeighborSolicit(m.Body())
 		if src.IsUnspecified() || src == st.ip {
-			return 0 // duplicate address detection, or our own
+			return 0, false // duplicate address detection, or our own
 		}
 		forUs := ns.TargetAddress() == st.ip
 		mac, ok := ns.Options().LinkLayerAddress(wire.NDPOptionSourceLinkLayer)
 		if ok && usable(mac) {
-			t.learn(src, mac, now, !forUs)
+			t.refresh(src, mac, now)
 		}
 		if !forUs {
-			return 0
+			return 0, false
 		}
 		if !ok {
 			mac = wire.Ethernet(f).Src() // a unicast solicitation may leave it out
 		}
-		if !usable(mac) {
-			return 0
+		if !usable(mac) || !t.replies.allow(now) {
+			return 0, false
 		}
-		return st.ndFrame(reply, wire.ICMPv6NeighborAdvert, mac, src, st.ip)
+		return st.ndFrame(reply, wire.ICMPv6NeighborAdvert, mac, src, st.ip), false
 	case wire.ICMPv6NeighborAdvert:
 		na := wire.NDPNeighborAdvert(m.Body())
+		target := na.TargetAddress()
 		mac, ok := na.Options().LinkLayerAddress(wire.NDPOptionTargetLinkLayer)
-		if ok && usable(mac) && na.TargetAddress() != st.ip {
-			t.learn(na.TargetAddress(), mac, now, true) // only an entry we asked for
+		if !ok || !usable(mac) || target == st.ip {
+			return 0, false
 		}
+		if na.Flags()&wire.NDPAdvertSolicited != 0 && ip.Dst() == st.ip {
+			return 0, t.answer(target, mac, now)
+		}
+		t.refresh(target, mac, now)
 	}
-	return 0
+	return 0, false
 }
 
 // ndSolicit writes a solicitation for target, to its solicited-node

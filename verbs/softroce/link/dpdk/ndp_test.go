@@ -49,12 +49,12 @@ func TestND(t *testing.T) {
 	if k, _ := (&station{mac: peer6.mac, ip: netip.MustParseAddr("fd00::3")}).classify(ns[:n]); k == frameND {
 		t.Fatal("a solicitation for another address's solicited-node group read")
 	}
-	rn := peer6.ndInput(ns[:n], theirs, now, na[:])
+	rn, _ := peer6.ndInput(ns[:n], theirs, now, na[:])
 	if rn == 0 {
 		t.Fatal("no advertisement for a solicitation of our address")
 	}
-	if mac, st := theirs.lookup(me6.ip, now); st != neighReachable || mac != me6.mac {
-		t.Errorf("the peer learnt %v %v from the solicitation", mac, st)
+	if mac, st := theirs.lookup(me6.ip, now); st != neighNone {
+		t.Errorf("the peer made an entry %v %v from a solicitation", mac, st)
 	}
 	m = ndMessage(t, na[:rn], peer6, me6.mac, me6.ip)
 	adv := wire.NDPNeighborAdvert(m.Body())
@@ -65,8 +65,8 @@ func TestND(t *testing.T) {
 	if k, _ := me6.classify(na[:rn]); k != frameND {
 		t.Fatalf("the advertisement classified as %v", k)
 	}
-	if me6.ndInput(na[:rn], mine, now, ns[:]) != 0 {
-		t.Error("an advertisement answered")
+	if n, learned := me6.ndInput(na[:rn], mine, now, ns[:]); n != 0 || !learned {
+		t.Error("an advertisement answered, or not taken")
 	}
 	if mac, st := mine.lookup(peer6.ip, now); st != neighReachable || mac != peer6.mac {
 		t.Errorf("learnt %v %v from the advertisement", mac, st)
@@ -122,8 +122,8 @@ func TestNDInvalid(t *testing.T) {
 			continue
 		}
 		var reply [ndFrameLen]byte
-		if got := me6.ndInput(f, newNeighTable(), now, reply[:]) > 0; got != c.reply {
-			t.Errorf("%s: answered %v, want %v", c.name, got, c.reply)
+		if n, _ := me6.ndInput(f, newNeighTable(), now, reply[:]); (n > 0) != c.reply {
+			t.Errorf("%s: answered %v, want %v", c.name, n > 0, c.reply)
 		}
 	}
 	// An IPv4 station reads no neighbour discovery.
@@ -137,4 +137,53 @@ func TestNDInvalid(t *testing.T) {
 func fixChecksum(f []byte) {
 	ip := wire.IPv6(f[wire.EthernetLen:])
 	wire.ICMPv6(ip.Payload()).SetChecksum(ip.Src(), ip.Dst())
+}
+
+// TestNDForged: an advertisement flagged solicited that answers nothing is
+// not taken; one answering our solicitation is, once; a solicitation or
+// an unsolicited advertisement claiming a known address for another MAC
+// only makes the entry stale; replies to a flood of solicitations are
+// rate-limited; and no frame allocates.
+func TestNDForged(t *testing.T) {
+	now := time.Unix(100, 0)
+	tb := newNeighTable()
+	var na, reply [ndFrameLen]byte
+	n := peer6.ndFrame(na[:], wire.ICMPv6NeighborAdvert, me6.mac, me6.ip, peer6.ip)
+	if _, learned := me6.ndInput(na[:n], tb, now, reply[:]); learned {
+		t.Fatal("an advertisement answering nothing was taken")
+	}
+	tb.ask(peer6.ip, now)
+	if _, learned := me6.ndInput(na[:n], tb, now, reply[:]); !learned {
+		t.Fatal("the answer to our solicitation was not taken")
+	}
+	attacker := station{mac: wire.MAC{2, 0, 0, 0, 0, 0x66}, ip: peer6.ip}
+	n = attacker.ndFrame(na[:], wire.ICMPv6NeighborAdvert, me6.mac, me6.ip, peer6.ip)
+	if _, learned := me6.ndInput(na[:n], tb, now.Add(time.Millisecond), reply[:]); learned {
+		t.Fatal("a second answer was taken")
+	}
+	var ns [ndFrameLen]byte
+	nn := attacker.ndFrame(ns[:], wire.ICMPv6NeighborSolicit, me6.mac, me6.ip, me6.ip)
+	me6.ndInput(ns[:nn], tb, now.Add(2*time.Millisecond), reply[:])
+	if mac, st := tb.lookup(peer6.ip, now.Add(3*time.Millisecond)); mac != peer6.mac || st != neighStale {
+		t.Fatalf("after a solicitation from another MAC: %v %v, want the peer's, stale", mac, st)
+	}
+	tf := newNeighTable()
+	replies := 0
+	for range 1000 {
+		if r, _ := me6.ndInput(ns[:nn], tf, now, reply[:]); r > 0 {
+			replies++
+		}
+	}
+	if replies == 0 || replies > replyBurst {
+		t.Errorf("%d advertisements for 1000 solicitations at once, want 1 to %d", replies, replyBurst)
+	}
+	i := 0
+	if a := testing.AllocsPerRun(500, func() {
+		i++
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		me6.ndInput(ns[:nn], tf, at, reply[:])
+		me6.ndInput(na[:n], tb, at, reply[:])
+	}); a != 0 {
+		t.Errorf("%v allocations per frame", a)
+	}
 }

@@ -19,7 +19,44 @@ const (
 	// maxNeighbours bounds the table; the least recently confirmed entry
 	// makes room.
 	maxNeighbours = 256
+	// answerWindow is how long after our last request for an address a
+	// reply or solicited advertisement for it is taken.
+	answerWindow = time.Second
 )
+
+// Rate limits of the ARP and neighbour discovery frames the link takes
+// (learns from or answers) and of the replies it sends, so that a flood
+// of them costs a bounded amount of work and provokes a bounded amount of
+// traffic; the rest is dropped.
+const (
+	takeRate, takeBurst   = 200, 50 // frames per second
+	replyRate, replyBurst = 100, 20
+)
+
+// tokenBucket allows rate events a second on average, burst at once. It
+// is pure state: the caller passes the time.
+type tokenBucket struct {
+	rate, burst, tokens int
+	last                time.Time
+}
+
+// allow reports whether an event at now is within the rate, and counts it.
+func (b *tokenBucket) allow(now time.Time) bool {
+	switch el := now.Sub(b.last); {
+	case b.last.IsZero() || el >= time.Second:
+		b.tokens, b.last = b.burst, now
+	case el > 0:
+		if add := int(el * time.Duration(b.rate) / time.Second); add > 0 {
+			b.tokens = min(b.burst, b.tokens+add)
+			b.last = b.last.Add(time.Duration(add) * time.Second / time.Duration(b.rate))
+		}
+	}
+	if b.tokens == 0 {
+		return false
+	}
+	b.tokens--
+	return true
+}
 
 // neighState is what lookup found.
 type neighState uint8
@@ -39,6 +76,7 @@ type neighbour struct {
 	mac       wire.MAC
 	known     bool
 	static    bool
+	pending   bool // our request awaits its answer
 	confirmed time.Time
 	asked     time.Time
 }
@@ -46,12 +84,24 @@ type neighbour struct {
 // neighTable maps next-hop IP addresses to MACs. It is a pure state
 // type: the caller passes the time and sends the requests it asks for,
 // and locks it.
+//
+// Only an answer to a request of ours makes or changes an entry (answer);
+// anything unsolicited (a gratuitous ARP, a request, an unsolicited
+// advertisement) may only confirm an entry already known with the same
+// MAC, and one that names another MAC makes the entry stale, so that it
+// is asked for again (refresh). Entries are made only by ask, for the
+// addresses the link sends to.
 type neighTable struct {
 	m map[netip.Addr]*neighbour
+	// take limits the ARP and neighbour discovery frames taken, replies
+	// the replies sent.
+	take, replies tokenBucket
 }
 
 func newNeighTable() *neighTable {
-	return &neighTable{m: make(map[netip.Addr]*neighbour)}
+	return &neighTable{m: make(map[netip.Addr]*neighbour),
+		take:    tokenBucket{rate: takeRate, burst: takeBurst},
+		replies: tokenBucket{rate: replyRate, burst: replyBurst}}
 }
 
 // setStatic adds an entry that never expires.
@@ -75,7 +125,8 @@ func (t *neighTable) lookup(ip netip.Addr, now time.Time) (wire.MAC, neighState)
 	return wire.MAC{}, neighNone
 }
 
-// ask reports whether a request for ip is due at now, and records it.
+// ask reports whether a request for ip is due at now, and records it:
+// an answer is then awaited (see answer).
 func (t *neighTable) ask(ip netip.Addr, now time.Time) bool {
 	ip = ip.Unmap()
 	n := t.m[ip]
@@ -87,28 +138,41 @@ func (t *neighTable) ask(ip netip.Addr, now time.Time) bool {
 	if n.static || (!n.asked.IsZero() && now.Sub(n.asked) < retransTime) {
 		return false
 	}
-	n.asked = now
+	n.asked, n.pending = now, true
 	return true
 }
 
-// learn records that ip is at mac, as of now. With update only, it
-// changes an existing entry and does not create one (what a request to
-// someone else teaches, RFC 826's merge flag).
-func (t *neighTable) learn(ip netip.Addr, mac wire.MAC, now time.Time, update bool) {
-	ip = ip.Unmap()
-	n := t.m[ip]
-	if n == nil {
-		if update {
-			return
-		}
-		t.makeRoom(now)
-		n = &neighbour{}
-		t.m[ip] = n
+// answer takes an answer (an ARP reply to us, a solicited advertisement)
+// that ip is at mac, as of now, if a request of ours for ip awaits one
+// (asked within answerWindow); it reports whether it was taken. The first
+// answer ends the wait: later ones are not answers.
+func (t *neighTable) answer(ip netip.Addr, mac wire.MAC, now time.Time) bool {
+	n := t.m[ip.Unmap()]
+	if n == nil || n.static || !n.pending || now.Sub(n.asked) >= answerWindow || now.Before(n.asked) {
+		return false
 	}
-	if n.static {
+	n.mac, n.known, n.pending, n.confirmed = mac, true, false, now
+	return true
+}
+
+// refresh takes an unsolicited claim that ip is at mac, as of now: it
+// confirms a known entry with that MAC, and makes a known entry with
+// another one stale (still used, and asked for again), never changes a
+// MAC and never makes an entry.
+func (t *neighTable) refresh(ip netip.Addr, mac wire.MAC, now time.Time) {
+	n := t.m[ip.Unmap()]
+	if n == nil || n.static || !n.known {
 		return
 	}
-	n.mac, n.known, n.confirmed = mac, true, now
+	if mac == n.mac {
+		if now.After(n.confirmed) {
+			n.confirmed = now
+		}
+		return
+	}
+	if stale := now.Add(-reachableTime); n.confirmed.After(stale) {
+		n.confirmed = stale
+	}
 }
 
 // makeRoom drops expired entries, and the oldest one if the table is

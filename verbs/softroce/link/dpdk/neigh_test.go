@@ -16,15 +16,26 @@ func TestNeighTable(t *testing.T) {
 	if _, st := tb.lookup(ip, now); st != neighNone {
 		t.Fatalf("empty table: %v", st)
 	}
+	if tb.answer(ip, mac, now) {
+		t.Fatal("an answer nobody asked for was taken")
+	}
+	tb.refresh(ip, mac, now)
+	if _, st := tb.lookup(ip, now); st != neighNone {
+		t.Fatal("an unsolicited claim made an entry")
+	}
 	if !tb.ask(ip, now) || tb.ask(ip, now.Add(retransTime/2)) || !tb.ask(ip, now.Add(retransTime)) {
 		t.Fatal("requests not rate-limited to one per retransTime")
 	}
-	tb.learn(ip, wire.MAC{1}, now, true) // a pending entry takes an update
-	tb.learn(netip.MustParseAddr("192.0.2.10"), mac, now, true)
-	if _, st := tb.lookup(netip.MustParseAddr("192.0.2.10"), now); st != neighNone {
-		t.Fatal("an update created an entry")
+	now = now.Add(retransTime)
+	if tb.answer(ip, mac, now.Add(answerWindow)) {
+		t.Fatal("an answer after the window was taken")
 	}
-	tb.learn(ip, mac, now, false)
+	if !tb.answer(ip, mac, now) {
+		t.Fatal("the answer to our request was not taken")
+	}
+	if tb.answer(ip, wire.MAC{2, 0, 0, 0, 0, 66}, now) {
+		t.Fatal("a second answer to one request was taken")
+	}
 	for _, c := range []struct {
 		after time.Duration
 		want  neighState
@@ -35,11 +46,48 @@ func TestNeighTable(t *testing.T) {
 			t.Errorf("after %v: %v %v, want %v", c.after, got, st, c.want)
 		}
 	}
+	// A gratuitous claim with the same MAC confirms; with another MAC it
+	// changes nothing but makes the entry stale, to be asked for again.
+	tb.refresh(ip, mac, now.Add(reachableTime-1))
+	if _, st := tb.lookup(ip, now.Add(2*reachableTime-2)); st != neighReachable {
+		t.Errorf("a matching claim did not confirm: %v", st)
+	}
+	later := now.Add(reachableTime)
+	tb.refresh(ip, wire.MAC{2, 0, 0, 0, 0, 66}, later)
+	if got, st := tb.lookup(ip, later); st != neighStale || got != mac {
+		t.Errorf("after a claim of another MAC: %v %v, want the old MAC, stale", got, st)
+	}
 	static := netip.MustParseAddr("192.0.2.11")
 	tb.setStatic(static, mac)
-	tb.learn(static, wire.MAC{7}, now, false)
+	tb.refresh(static, wire.MAC{7}, now)
+	if tb.answer(static, wire.MAC{7}, now) {
+		t.Fatal("a static entry took an answer")
+	}
 	if got, st := tb.lookup(static, now.Add(time.Hour)); st != neighReachable || got != mac || tb.ask(static, now) {
 		t.Fatal("static entry changed, expired or asked for")
+	}
+}
+
+func TestTokenBucket(t *testing.T) {
+	b := tokenBucket{rate: 100, burst: 10}
+	now := time.Unix(5, 0)
+	n := 0
+	for range 1000 {
+		if b.allow(now) {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("%d allowed at one instant, want the burst of 10", n)
+	}
+	n = 0
+	for i := range 2000 { // 2 s, an event every millisecond
+		if b.allow(now.Add(time.Duration(i+1) * time.Millisecond)) {
+			n++
+		}
+	}
+	if n < 195 || n > 215 {
+		t.Errorf("%d allowed in 2 s at 100/s", n)
 	}
 }
 
@@ -48,7 +96,9 @@ func TestNeighTableBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for i := range 3 * maxNeighbours {
 		ip := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
-		tb.learn(ip, wire.MAC{byte(i)}, now.Add(time.Duration(i)*time.Millisecond), false)
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		tb.ask(ip, at)
+		tb.answer(ip, wire.MAC{byte(i)}, at)
 		tb.ask(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), now)
 	}
 	if len(tb.m) > maxNeighbours {

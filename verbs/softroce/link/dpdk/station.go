@@ -62,22 +62,32 @@ func (st *station) classify(f []byte) (frameKind, ethframe.Frame) {
 	return frameRoCE, fr
 }
 
-// arpInput handles an ARP frame f (classified frameARP): it learns the
-// sender into t, and for a request for our address writes the reply
-// frame into reply (at least arpFrameLen bytes) and returns its length,
-// else 0.
-func (st *station) arpInput(f []byte, t *neighTable, now time.Time, reply []byte) int {
+// arpInput handles an ARP frame f (classified frameARP) at now. A reply
+// to us is taken into t if it answers a request of ours (learned is then
+// true); anything else (requests, gratuitous ARP) only confirms or
+// questions an entry already known (neighTable.refresh). For a request
+// for our address it writes the reply frame into reply (at least
+// arpFrameLen bytes) and returns its length, else 0. Frames beyond t's
+// rate limits are dropped unread, replies beyond them not sent.
+func (st *station) arpInput(f []byte, t *neighTable, now time.Time, reply []byte) (n int, learned bool) {
 	a := wire.ARP(f[wire.EthernetLen:])
 	sip, smac := a.SenderIP(), a.SenderMAC()
 	forUs := st.ip.Is4() && a.TargetIP() == st.ip
 	if sip.IsUnspecified() || sip == st.ip || smac == st.mac || smac == wire.BroadcastMAC || smac[0]&1 != 0 {
-		return 0 // a probe, our own, or a bogus sender
+		return 0, false // a probe, our own, or a bogus sender
 	}
-	t.learn(sip, smac, now, !forUs)
-	if !forUs || a.Op() != wire.ARPRequest {
-		return 0
+	if !t.take.allow(now) {
+		return 0, false
 	}
-	return st.arpFrame(reply, wire.ARPReply, smac, sip)
+	if a.Op() == wire.ARPReply && forUs && a.TargetMAC() == st.mac {
+		learned = t.answer(sip, smac, now)
+	} else {
+		t.refresh(sip, smac, now)
+	}
+	if !forUs || a.Op() != wire.ARPRequest || !t.replies.allow(now) {
+		return 0, learned
+	}
+	return st.arpFrame(reply, wire.ARPReply, smac, sip), learned
 }
 
 // arpFrame writes an ARP frame of operation op to (targetMAC, targetIP)

@@ -60,7 +60,7 @@ func TestARP(t *testing.T) {
 	if e := wire.Ethernet(req[:]); e.Dst() != wire.BroadcastMAC || e.EtherType() != wire.EtherTypeARP {
 		t.Fatalf("request header %x", req[:wire.EthernetLen])
 	}
-	n := me.arpInput(req[:], tb, now, reply[:])
+	n, _ := me.arpInput(req[:], tb, now, reply[:])
 	if n != arpFrameLen {
 		t.Fatal("no reply to a request for our address")
 	}
@@ -69,14 +69,17 @@ func TestARP(t *testing.T) {
 		a.SenderIP() != me.ip || a.TargetMAC() != peer.mac || a.TargetIP() != peer.ip {
 		t.Fatalf("reply %x", reply)
 	}
-	if mac, st := tb.lookup(peer.ip, now); st != neighReachable || mac != peer.mac {
-		t.Fatal("the requester was not learnt")
+	if _, st := tb.lookup(peer.ip, now); st != neighNone {
+		t.Fatal("a request made an entry for its sender")
 	}
-	// The reply, seen by the peer, teaches it our MAC.
+	// The reply, seen by the peer that asked, teaches it our MAC.
 	tp := newNeighTable()
+	if n, learned := peer.arpInput(reply[:], tp, now, req[:]); n != 0 || learned {
+		t.Fatal("a reply nobody asked for was answered or taken")
+	}
 	tp.ask(me.ip, now)
-	if peer.arpInput(reply[:], tp, now, req[:]) != 0 {
-		t.Fatal("a reply was answered")
+	if n, learned := peer.arpInput(reply[:], tp, now, req[:]); n != 0 || !learned {
+		t.Fatal("a reply was answered, or the answer not taken")
 	}
 	if mac, st := tp.lookup(me.ip, now); st != neighReachable || mac != me.mac {
 		t.Fatal("the reply was not learnt")
@@ -84,11 +87,64 @@ func TestARP(t *testing.T) {
 	// A request for someone else is not answered and creates no entry.
 	other := station{mac: wire.MAC{2, 0, 0, 0, 0, 3}, ip: netip.MustParseAddr("192.0.2.3")}
 	other.arpFrame(req[:], wire.ARPRequest, wire.MAC{}, peer.ip)
-	if me.arpInput(req[:], tb, now, reply[:]) != 0 {
+	if n, _ := me.arpInput(req[:], tb, now, reply[:]); n != 0 {
 		t.Fatal("answered a request for another address")
 	}
 	if _, st := tb.lookup(other.ip, now); st != neighNone {
 		t.Fatal("a request for another address created an entry")
+	}
+}
+
+// TestARPForged: forged ARP does not move an entry learnt from an answer
+// to our request: not a reply nobody asked for, not a second reply, not a
+// gratuitous ARP (it only makes the entry stale, to be asked again);
+// replies to a flood of requests are rate-limited; and no frame allocates.
+func TestARPForged(t *testing.T) {
+	tb := newNeighTable()
+	now := time.Unix(100, 0)
+	var f, reply [arpFrameLen]byte
+	tb.ask(peer.ip, now)
+	peer.arpFrame(f[:], wire.ARPReply, me.mac, me.ip)
+	if _, learned := me.arpInput(f[:], tb, now, reply[:]); !learned {
+		t.Fatal("the answer was not taken")
+	}
+	attacker := station{mac: wire.MAC{2, 0, 0, 0, 0, 0x66}, ip: peer.ip}
+	attacker.arpFrame(f[:], wire.ARPReply, me.mac, me.ip)
+	if _, learned := me.arpInput(f[:], tb, now.Add(time.Millisecond), reply[:]); learned {
+		t.Fatal("a second reply was taken")
+	}
+	// Gratuitous ARP: sender and target are the claimed address.
+	attacker.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, peer.ip)
+	me.arpInput(f[:], tb, now.Add(2*time.Millisecond), reply[:])
+	if mac, st := tb.lookup(peer.ip, now.Add(3*time.Millisecond)); mac != peer.mac || st != neighStale {
+		t.Fatalf("after a gratuitous ARP of another MAC: %v %v, want the peer's, stale", mac, st)
+	}
+	// A request from the attacker claiming the peer's address, for us.
+	attacker.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, me.ip)
+	if mac, _ := tb.lookup(peer.ip, now.Add(4*time.Millisecond)); mac != peer.mac {
+		t.Fatalf("a request moved the entry to %v", mac)
+	}
+	// A flood of requests for us at one instant: at most a burst of replies.
+	tf := newNeighTable()
+	peer.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, me.ip)
+	replies := 0
+	for range 1000 {
+		if n, _ := me.arpInput(f[:], tf, now, reply[:]); n > 0 {
+			replies++
+		}
+	}
+	if replies == 0 || replies > replyBurst {
+		t.Errorf("%d replies to 1000 requests at once, want 1 to %d", replies, replyBurst)
+	}
+	i := 0
+	if a := testing.AllocsPerRun(500, func() {
+		i++
+		me.arpInput(f[:], tf, now.Add(time.Duration(i)*time.Millisecond), reply[:])
+		attacker.arpFrame(f[:], wire.ARPReply, me.mac, me.ip)
+		me.arpInput(f[:], tb, now.Add(time.Duration(i)*time.Millisecond), reply[:])
+		peer.arpFrame(f[:], wire.ARPRequest, wire.MAC{}, me.ip)
+	}); a != 0 {
+		t.Errorf("%v allocations per frame", a)
 	}
 }
 
@@ -99,14 +155,24 @@ func FuzzStation(f *testing.F) {
 	f.Add(req[:])
 	f.Add(roceFrame(f, me.mac, me.ip))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if kind, _ := me6.classify(b); kind == frameND {
+			var reply [ndFrameLen]byte
+			tb := newNeighTable()
+			tb.ask(peer6.ip, time.Unix(1, 0))
+			if n, _ := me6.ndInput(b, tb, time.Unix(1, 0), reply[:]); n != 0 && n != ndFrameLen {
+				t.Fatalf("advertisement of %d bytes", n)
+			}
+		}
 		kind, fr := me.classify(b)
 		switch kind {
 		case frameARP:
 			var reply [arpFrameLen]byte
 			tb := newNeighTable()
-			if n := me.arpInput(b, tb, time.Unix(1, 0), reply[:]); n != 0 && n != arpFrameLen {
+			if n, _ := me.arpInput(b, tb, time.Unix(1, 0), reply[:]); n != 0 && n != arpFrameLen {
 				t.Fatalf("reply of %d bytes", n)
 			}
+		case frameND:
+			t.Fatal("an IPv4 station read neighbour discovery")
 		case frameRoCE:
 			if fr.Dst != me.ip || len(fr.Pkt) < wire.BTHLen+wire.ICRCLen {
 				t.Fatalf("accepted %+v", fr)

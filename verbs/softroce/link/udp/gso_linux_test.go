@@ -356,7 +356,10 @@ func TestStrictGRO(t *testing.T) {
 			}
 			for i, p := range rx {
 				want := link.ICRCGood
-				if i == 1 || i == 2 {
+				switch i {
+				case 1: // damaged: no IPv4 ID explains its ICRC
+					want = link.ICRCBad
+				case 2: // an ID a udp link does not send: unverified
 					want = bad
 				}
 				if p.ICRC != want || p.N != n || p.Addr != from {

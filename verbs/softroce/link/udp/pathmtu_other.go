@@ -11,3 +11,8 @@ import (
 func RouteMTU(local, remote netip.Addr) (int, error) {
 	return 0, errors.New("udp: route MTU lookup needs Linux")
 }
+
+// LearnedPathMTU is not available on this platform.
+func LearnedPathMTU(local, remote netip.Addr) (int, error) {
+	return 0, errors.New("udp: path MTU lookup needs Linux")
+}

@@ -38,10 +38,8 @@ type rxScratch struct {
 	gso       int
 	src       netip.AddrPort
 
-	// idLen is the packet length whose ICRC differences by IPv4 ID are
-	// in idDelta (see idDeltas); 0 if none.
-	idLen   int
-	idDelta [maxSegs]uint32
+	// ids holds how the ICRC changes with the IPv4 ID, by packet length.
+	ids idCache
 
 	// GRO slots [dirty, packed) are described for recvmmsg and untouched
 	// since; the kernel rewrites the headers of the messages it fills

@@ -4,8 +4,20 @@
 // The kernel writes the IP and UDP headers; the link appends the ICRC on
 // send and checks it on receive. The ICRC covers the IPv4 ID, which a UDP
 // socket can neither choose nor see. The link therefore sends with
-// don't-fragment set (IP_PMTUDISC_DO), so that Linux writes ID 0 into a
-// plain datagram.
+// don't-fragment set, so that Linux writes ID 0 into a plain datagram.
+//
+// It sets don't-fragment with IP_PMTUDISC_PROBE (IPV6_PMTUDISC_PROBE), not
+// IP_PMTUDISC_DO: the kernel then sends datagrams up to the interface's MTU
+// whatever path MTU it learned from ICMP. An ICMP "fragmentation needed" or
+// "packet too big" can come from anyone who guesses a flow's addresses and
+// ports, and with IP_PMTUDISC_DO one of them made every larger send fail
+// with EMSGSIZE for ten minutes. The IPv4 ID stays 0 (on Linux 6.18,
+// checked on a veth capture by TestWireGSOIPv4ID); a kernel that numbers
+// these datagrams instead is still understood by the receiver (see below),
+// at 16 bits of check instead of 32. A real drop of the path MTU below a
+// connection's packets shows as their loss; see the engine's retries.
+// RouteMTU, for the same reason, reads the route as configured, not the
+// path MTU learned from ICMP.
 //
 // Batches of packets move with one sendmmsg or recvmmsg system call each,
 // issued directly through golang.org/x/sys/unix on the socket's raw
@@ -28,8 +40,14 @@
 // had if its message was segmented (its index in a coalesced message), ID 0,
 // and IDs 1 to 63 (the IDs a segmented GSO message of this link carries,
 // when the receiver saw the datagrams one by one). A match is reported as
-// link.ICRCGood and a mismatch as link.ICRCUnverified (peers such as rxe
-// send other IDs), or as link.ICRCBad with Config.StrictICRC.
+// link.ICRCGood. Otherwise, over IPv4, the link solves for the ID (and
+// don't-fragment) that would make the ICRC match: the ICRC's difference is
+// linear in those 17 bits, so one small elimination per packet length
+// decides it. A packet that some other ID explains (peers such as rxe
+// number their datagrams) is link.ICRCUnverified, or link.ICRCBad with
+// Config.StrictICRC; one that no ID explains is link.ICRCBad, strict or
+// not. Over IPv6 the link sees every covered field, and any mismatch is
+// link.ICRCBad.
 //
 // The link is implemented on Linux only; elsewhere Listen returns an error.
 package udp
@@ -77,11 +95,12 @@ type Config struct {
 	// datagram, or with GSO or GRO a run of up to 64 packets; with GRO,
 	// recvmmsg takes at most 64 messages (into 64 KiB of scratch each).
 	Batch int
-	// StrictICRC makes Recv report packets whose ICRC does not match (when
-	// computed with any of the IPv4 IDs a udp link sends: 0 to 63) as
+	// StrictICRC makes Recv report IPv4 packets whose ICRC matches only
+	// with an IPv4 ID a udp link does not send (it sends 0 to 63) as
 	// link.ICRCBad instead of link.ICRCUnverified. Use it when every peer
 	// is known to be another udp link; rxe and RNIC peers send other IDs
-	// and most of their packets would be reported bad.
+	// and most of their packets would be reported bad. A packet whose
+	// ICRC no ID explains is link.ICRCBad either way.
 	StrictICRC bool
 	// DisableGSO turns off UDP segmentation offload on send: every packet
 	// then goes out as its own datagram (still batched with sendmmsg). GSO

@@ -172,15 +172,17 @@ func newLink(conn *net.UDPConn, ip netip.Addr, is4 bool, cfg Config) (*Link, err
 	return l, nil
 }
 
-// setSockopts sets don't-fragment (so Linux sends IPv4 ID 0) and the
-// socket buffer sizes.
+// setSockopts sets don't-fragment without the kernel's path MTU cache
+// (IP_PMTUDISC_PROBE: DF set, so Linux sends IPv4 ID 0, and datagrams up
+// to the interface's MTU are sent whatever ICMP said about the path; see
+// the package comment) and the socket buffer sizes.
 func setSockopts(fd int, is4 bool, cfg Config) error {
 	if is4 {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE); err != nil {
 			return fmt.Errorf("setsockopt IP_MTU_DISCOVER: %w", err)
 		}
 	} else {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE); err != nil {
 			return fmt.Errorf("setsockopt IPV6_MTU_DISCOVER: %w", err)
 		}
 	}
