@@ -102,7 +102,7 @@ func TestZeroLengthWriteNeverCorrupts(t *testing.T) {
 	for _, m := range modes {
 		for _, fg := range forgeries {
 			t.Run(m.name+"/"+fg.name, func(t *testing.T) {
-				a, b := newSides(t, quietConfig(m.goBackN))
+				a, b := newSides(t, quietConfig(m.goBackN), true)
 				sa, sb := connect(t, a, b)
 				defer sb.Close()
 				defer sa.Close()
@@ -167,7 +167,7 @@ func (errDeadline) Is(err error) bool {
 func TestForeignRKeyWrite(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			a, b := newSides(t, quietConfig(m.goBackN))
+			a, b := newSides(t, quietConfig(m.goBackN), true)
 			sa, sb := connect(t, a, b)
 			defer sb.Close()
 			defer sa.Close()
@@ -282,7 +282,7 @@ func flood(t *testing.T, raw *rawSender, src, dst netip.AddrPort, d time.Duratio
 func TestForgedRNRNAKFlood(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			a, b := newSides(t, quietConfig(m.goBackN))
+			a, b := newSides(t, quietConfig(m.goBackN), true)
 			sa, sb := connect(t, a, b)
 			defer sb.Close()
 			defer sa.Close()
@@ -327,7 +327,7 @@ func TestForgedRNRNAKFlood(t *testing.T) {
 func TestForgedSequenceNAKFlood(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			a, b := newSides(t, quietConfig(m.goBackN))
+			a, b := newSides(t, quietConfig(m.goBackN), true)
 			sa, sb := connect(t, a, b)
 			defer sb.Close()
 			defer sa.Close()

@@ -179,11 +179,7 @@ func icmpSide(t *testing.T, name, ns string, addr netip.Addr) *side {
 	}
 	t.Cleanup(func() { dev.Close() })
 	s.dev, s.link = dev, l.LocalAddr()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.ep, err = rsock.NewEndpoint(dev, pd, rsock.Config{}); err != nil {
+	if s.ep, err = rsock.NewEndpoint(dev, rsock.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	s.params = s.ep.Params()
