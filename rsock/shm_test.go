@@ -152,11 +152,27 @@ func TestShmBothWays(t *testing.T) {
 	}
 }
 
+// settledGoroutines returns the number of goroutines once it has not
+// changed for 50 ms (at most a second), so that goroutines of earlier tests
+// still ending are not counted against this one.
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for stable, deadline := 0, time.Now().Add(time.Second); stable < 5 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		if m := runtime.NumGoroutine(); m == n {
+			stable++
+		} else {
+			n, stable = m, 0
+		}
+	}
+	return n
+}
+
 // TestShmNoGoroutinePerStream: streams over shm, idle or with a reader
 // blocked in Read, start no goroutine of their own (no Notify hand-off).
 func TestShmNoGoroutinePerStream(t *testing.T) {
 	a, b := shmDevs(t)
-	before := runtime.NumGoroutine()
+	before := settledGoroutines()
 	var streams []*Stream
 	for range 20 {
 		sa, sb := shmStreams(t, a, b, Config{RingSize: 16 << 10})
@@ -174,7 +190,7 @@ func TestShmNoGoroutinePerStream(t *testing.T) {
 		readers <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
-	if n := runtime.NumGoroutine() - before; n != 1 {
+	if n := settledGoroutines() - before; n != 1 {
 		t.Fatalf("%d goroutines for 20 connections and one blocked reader, want 1 (the reader)", n)
 	}
 	if _, err := streams[0].Write([]byte("wake up")); err != nil {
