@@ -11,6 +11,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.SelectiveRepeat {
 		caps |= fallback.CapSelectiveRepeat
 	}
+	if p.CongestionControl {
+		caps |= fallback.CapCongestionControl
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -31,16 +34,17 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 // paramsOf reads the peer's endpoint out of its Hello.
 func paramsOf(h *fallback.Hello) rsock.Params {
 	return rsock.Params{
-		GID:             h.GID,
-		UDPPort:         h.UDPPort,
-		QPN:             h.QPN,
-		PSN:             h.PSN,
-		MTU:             int(h.MTU),
-		SelectiveRepeat: h.Capabilities&fallback.CapSelectiveRepeat != 0,
-		RingAddr:        h.RingAddr,
-		RingRKey:        h.RingRKey,
-		RingSize:        int(h.RingSize),
-		RecvDepth:       int(h.RecvDepth),
+		GID:               h.GID,
+		UDPPort:           h.UDPPort,
+		QPN:               h.QPN,
+		PSN:               h.PSN,
+		MTU:               int(h.MTU),
+		SelectiveRepeat:   h.Capabilities&fallback.CapSelectiveRepeat != 0,
+		CongestionControl: h.Capabilities&fallback.CapCongestionControl != 0,
+		RingAddr:          h.RingAddr,
+		RingRKey:          h.RingRKey,
+		RingSize:          int(h.RingSize),
+		RecvDepth:         int(h.RecvDepth),
 	}
 }
 

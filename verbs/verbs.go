@@ -156,6 +156,15 @@ type SelectiveRepeater interface {
 	SetSelectiveRepeat(on bool) error
 }
 
+// CongestionController is implemented by QPs that can run a congestion
+// controller with pacing on top of selective repeat, one that backs off
+// at a queue that builds rather than at every loss. Both ends must enable
+// it (its loss and delay signals need a peer that answers as rsock's
+// does), before the QP reaches RTS; peers negotiate it.
+type CongestionController interface {
+	SetCongestionControl(on bool) error
+}
+
 // Causer is implemented by QPs that can say why they moved to the error
 // state when the completion status alone does not (for example the link
 // error behind a local length error). Cause returns nil otherwise.

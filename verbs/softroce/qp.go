@@ -84,9 +84,13 @@ type QP struct {
 	attr      verbs.QPAttr
 	peer      netip.AddrPort
 	mtu       uint32
-	selective bool  // selective repeat negotiated (SetSelectiveRepeat)
-	sendErr   error // the last error of the link's Send for this QP
-	cause     error // why the QP went to ERR, when the reason is local
+	selective bool // selective repeat negotiated (SetSelectiveRepeat)
+	// congestion: congestion control negotiated (SetCongestionControl);
+	// paceAt: when the pacer lets the next packet go, 0 if not waiting.
+	congestion bool
+	paceAt     int64
+	sendErr    error // the last error of the link's Send for this QP
+	cause      error // why the QP went to ERR, when the reason is local
 
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
@@ -298,6 +302,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			if q.selective {
 				q.comp.sb = newScoreboard(sackWindow)
 				q.comp.win = newProportionalWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
+				q.startCongestion(q.comp.win.max, a.SQPSN)
 			}
 		}
 	case verbs.QPSErr:

@@ -1,0 +1,252 @@
+package softroce
+
+import (
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Congestion control between rsock peers (negotiated, on top of selective
+// repeat): the window answers a queue that builds, not each loss.
+//
+// Selective repeat makes a random loss cheap (one packet resent), and the
+// proportional window of window.go keeps goodput under random loss. But
+// at a real bottleneck it behaves as if every loss were random, and a
+// queue that overflows costs other flows. The controller here tells the
+// two apart by the queueing delay that goes with them, as TCP Veno and
+// delay-based controllers (Vegas, Swift, BBR's min-RTT) do: rsock samples
+// the round trip on every acknowledgement, and the smallest sample of a
+// round trip, less the smallest seen on the path (minRTT), is the queue
+// that round trip stood behind.
+//
+//   - Loss while the queue is long (over the target delay) is congestion:
+//     the window halves (Reno's decrease), at most once per round trip.
+//   - Loss with no queue is random: the window shrinks by half that
+//     round's loss share, as before (window.go).
+//   - With no loss, a queue over the target shrinks the window in
+//     proportion to the excess (Swift's decrease, at most by half per
+//     round trip), so a flow alone keeps the queue short and drops
+//     nothing.
+//   - A queue that never drains although the window shrank belongs to a
+//     flow that fills queues (TCP): after competeRounds round trips
+//     without a drained queue the controller stops yielding to delay and
+//     competes as Reno does (loss halves, one packet per round trip
+//     grows), until the queue drains again (Copa's mode switch).
+//   - Growth is one packet per round trip (Reno) while a queue stands,
+//     one per 8 acknowledged (an eighth per round trip) while it does not,
+//     and doubling per round trip in slow start.
+//
+// Every packet is paced (pacer.go) at a rate of the window per smoothed
+// round trip, times 1.25 (2 in slow start).
+
+// congestionControl is the shape of a sender's congestion controller, as
+// quic-go's SendAlgorithm: events in, a window and a pacing rate out.
+// Times are monotonic ns, windows and counts in packets.
+type congestionControl interface {
+	// OnPacketSent counts a transmission (first or resent).
+	OnPacketSent(now int64)
+	// OnPacketsAcked counts n packets newly acknowledged; acked is the
+	// newest PSN acknowledged, high one past the highest PSN sent.
+	OnPacketsAcked(n int, acked, high uint32)
+	// OnRTTSample feeds the round trip of one packet sent once.
+	OnRTTSample(now, rtt int64)
+	// OnPacketsLost counts n packets resent because they were lost.
+	OnPacketsLost(n int)
+	// OnTimeout collapses the window after a retransmission timeout.
+	OnTimeout(high uint32)
+	// Cwnd is the congestion window.
+	Cwnd() int
+	// TimeUntilSend is how long the next packet waits for the pacer (0:
+	// send now).
+	TimeUntilSend(now int64) int64
+	// Stats reports the pacing rate (packets per second, 0 when not
+	// paced) and the congestion events so far.
+	Stats() (pacingRate float64, events uint64)
+}
+
+const (
+	// ccMinWindow is the controller's smallest window, in packets.
+	ccMinWindow = 4
+	// targetDelay is the queueing delay the controller lets build before
+	// it shrinks the window without loss, and above which a loss counts
+	// as congestion; minRTT/2 when that is longer.
+	targetDelay = int64(500 * time.Microsecond)
+	// competeRounds is how many round trips a queue must stand, without
+	// draining below half the target, for the controller to compete as
+	// Reno does instead of yielding to delay.
+	competeRounds = 12
+	// minRTTWindow is how long a minimum round trip stays valid: the
+	// minimum is taken over the current and the previous window, so that
+	// it follows a path whose base delay grew.
+	minRTTWindow = int64(10 * time.Second)
+	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt.
+	pacingGain    = 1.25
+	slowStartGain = 2
+)
+
+// delayGated is the controller described above.
+type delayGated struct {
+	cwnd, ssthresh, max int
+	acked               int // acknowledged toward the next +1
+
+	// Minimum round trip: the least of the current window and the
+	// previous one.
+	minRTT, epochMin, prevMin int64
+	epochStart                int64
+	srtt                      int64 // smoothed over every sample (1/8)
+
+	roundEnd   uint32 // the round ends once this PSN is acknowledged
+	roundMin   int64  // the least round trip sampled in the round; 0 none
+	roundAcked int
+	roundLost  int
+	qdelay     int64 // the queueing delay of the last round that had a sample
+	undrained  int   // rounds since the queue was last seen drained
+
+	events uint64
+	pace   pacer
+}
+
+// newDelayGated returns a controller whose window starts at and never
+// exceeds max packets; psn is the first PSN to be sent.
+func newDelayGated(max int, psn uint32) *delayGated {
+	c := &delayGated{cwnd: max, ssthresh: max, max: max, roundEnd: psn}
+	return c
+}
+
+var _ congestionControl = (*delayGated)(nil)
+
+func (c *delayGated) Cwnd() int { return c.cwnd }
+
+func (c *delayGated) Stats() (float64, uint64) {
+	if c.pace.interval == 0 {
+		return 0, c.events
+	}
+	return float64(time.Second) / float64(c.pace.interval), c.events
+}
+
+// target is the queueing delay the controller tolerates.
+func (c *delayGated) target() int64 { return max(targetDelay, c.minRTT/2) }
+
+// competing reports whether a standing queue made the controller compete
+// on loss alone.
+func (c *delayGated) competing() bool { return c.undrained >= competeRounds }
+
+func (c *delayGated) OnPacketSent(now int64) { c.pace.sent(now) }
+
+func (c *delayGated) TimeUntilSend(now int64) int64 { return c.pace.timeUntilSend(now) }
+
+func (c *delayGated) OnRTTSample(now, rtt int64) {
+	if rtt <= 0 {
+		return
+	}
+	if c.srtt == 0 {
+		c.srtt = rtt
+	} else {
+		c.srtt += (rtt - c.srtt) / 8
+	}
+	if c.roundMin == 0 || rtt < c.roundMin {
+		c.roundMin = rtt
+	}
+	if c.epochMin == 0 || rtt < c.epochMin {
+		c.epochMin = rtt
+	}
+	if now-c.epochStart >= minRTTWindow {
+		c.prevMin, c.epochMin, c.epochStart = c.epochMin, rtt, now
+	}
+	c.minRTT = c.epochMin
+	if c.prevMin > 0 && c.prevMin < c.minRTT {
+		c.minRTT = c.prevMin
+	}
+	c.setPacing()
+}
+
+func (c *delayGated) OnPacketsLost(n int) { c.roundLost += n }
+
+func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
+	c.roundAcked += n
+	if psnDiff(acked, c.roundEnd) >= 0 {
+		c.endRound(high)
+	}
+	switch {
+	case c.cwnd < c.ssthresh:
+		c.cwnd = min(c.cwnd+n, c.ssthresh)
+	default:
+		c.acked += n
+		step := c.cwnd // Reno: one packet per round trip
+		if !c.competing() && c.qdelay < c.target()/2 {
+			step = proportionalGrowth // no queue: an eighth per round trip
+		}
+		for c.acked >= step && c.cwnd < c.max {
+			c.acked -= step
+			c.cwnd++
+		}
+		if c.cwnd >= c.max {
+			c.acked = 0
+		}
+	}
+	c.setPacing()
+}
+
+// endRound decides on the round trip that just ended, and starts the
+// next, which ends with the PSNs sent so far.
+func (c *delayGated) endRound(high uint32) {
+	if c.roundMin > 0 && c.minRTT > 0 {
+		c.qdelay = c.roundMin - c.minRTT
+	}
+	target := c.target()
+	if c.qdelay < target/2 {
+		c.undrained = 0
+	} else if c.undrained < competeRounds {
+		c.undrained++
+	}
+	congested := c.qdelay > target
+	switch {
+	case c.roundLost > 0 && (congested || c.competing()):
+		// Loss at a full queue: congestion.
+		c.reduce(c.cwnd / 2)
+	case c.roundLost > 0:
+		// Loss with no queue: random; shrink by half the loss share.
+		cut := c.cwnd * c.roundLost / (2 * (c.roundAcked + c.roundLost))
+		c.cwnd = max(c.cwnd-max(cut, 1), ccMinWindow)
+		c.ssthresh = c.cwnd
+		c.acked = 0
+	case congested && !c.competing():
+		// A queue builds: shrink in proportion to the excess delay
+		// (Swift: by 0.8 × excess/delay, at most half).
+		f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
+		c.reduce(c.cwnd - int(float64(c.cwnd)*min(f, 0.5)))
+	}
+	c.roundEnd = psnAdd(high, wire.PSNMask)
+	c.roundAcked, c.roundLost, c.roundMin = 0, 0, 0
+}
+
+// reduce sets the window to w after a congestion event.
+func (c *delayGated) reduce(w int) {
+	c.cwnd = min(max(w, ccMinWindow), c.cwnd)
+	c.ssthresh = c.cwnd
+	c.acked = 0
+	c.events++
+}
+
+func (c *delayGated) OnTimeout(high uint32) {
+	c.ssthresh = max(c.cwnd/2, ccMinWindow)
+	c.cwnd = ccMinWindow
+	c.acked = 0
+	c.events++
+	c.roundEnd = psnAdd(high, wire.PSNMask)
+	c.roundAcked, c.roundLost, c.roundMin = 0, 0, 0
+	c.setPacing()
+}
+
+// setPacing paces a window per smoothed round trip, times the gain.
+func (c *delayGated) setPacing() {
+	if c.srtt == 0 {
+		c.pace.setInterval(0)
+		return
+	}
+	gain := pacingGain
+	if c.cwnd < c.ssthresh {
+		gain = slowStartGain
+	}
+	c.pace.setInterval(int64(float64(c.srtt) / (float64(c.cwnd) * gain)))
+}
