@@ -20,6 +20,7 @@
 #   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
+#   LOGDIR=DIR (keep each client's output there)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -128,6 +129,12 @@ flows() {
 		i=$((i + 1))
 	done
 	for c in "${clients[@]}"; do wait "$c" || true; done
+	if [ -n "${LOGDIR:-}" ]; then
+		mkdir -p "$LOGDIR"
+		for j in $(seq 0 $((i - 1))); do
+			cp "$tmp/client$j.out" "$LOGDIR/$1-$j.client"
+		done
+	fi
 	for s in "${servers[@]}"; do
 		kill -TERM "$s" 2>/dev/null || true
 		wait "$s" 2>/dev/null || true

@@ -119,6 +119,10 @@ type Counters struct {
 	// were dropped unplaced (all of them with go-back-N; with selective
 	// repeat those past its window, and those it cannot place early).
 	OutOfSequence uint64
+	// CongestionEvents counts the congestion controller's reductions of
+	// the send window (rsock peers with congestion control): losses at a
+	// standing queue, a queue over the target delay, timeouts.
+	CongestionEvents uint64
 }
 
 // Add adds o's counts to c.
@@ -145,6 +149,7 @@ func (c *Counters) Add(o Counters) {
 	c.OutOfOrder += o.OutOfOrder
 	c.UnexpectedResponses += o.UnexpectedResponses
 	c.OutOfSequence += o.OutOfSequence
+	c.CongestionEvents += o.CongestionEvents
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

@@ -70,15 +70,23 @@ const (
 	// targetDelay is the queueing delay the controller lets build before
 	// it shrinks the window without loss, and above which a loss counts
 	// as congestion; minRTT/2 when that is longer.
-	targetDelay = int64(500 * time.Microsecond)
+	targetDelay = int64(time.Millisecond)
 	// competeRounds is how many round trips a queue must stand, without
 	// draining below half the target, for the controller to compete as
 	// Reno does instead of yielding to delay.
 	competeRounds = 12
+	// drainRounds is how many drained round trips in a row end competing.
+	drainRounds = 4
 	// minRTTWindow is how long a minimum round trip stays valid: the
 	// minimum is taken over the current and the previous window, so that
 	// it follows a path whose base delay grew.
 	minRTTWindow = int64(10 * time.Second)
+	// competeIncrease is the additive increase per round trip, in
+	// packets, while competing.
+	competeIncrease = 6
+	// delayIncrease is the additive increase per round trip, in
+	// packets, while the controller yields to delay.
+	delayIncrease = 8
 	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt.
 	pacingGain    = 1.25
 	slowStartGain = 2
@@ -97,10 +105,13 @@ type delayGated struct {
 
 	roundEnd   uint32 // the round ends once this PSN is acknowledged
 	roundMin   int64  // the least round trip sampled in the round; 0 none
+	lastMin    int64  // the same of the previous round
+	recovering bool   // the window was reduced at the end of the last round
 	roundAcked int
 	roundLost  int
 	qdelay     int64 // the queueing delay of the last round that had a sample
 	undrained  int   // rounds since the queue was last seen drained
+	drained    int   // while competing: drained rounds in a row
 
 	events uint64
 	pace   pacer
@@ -171,13 +182,20 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 	case c.cwnd < c.ssthresh:
 		c.cwnd = min(c.cwnd+n, c.ssthresh)
 	default:
-		c.acked += n
-		step := c.cwnd // Reno: one packet per round trip
-		if !c.competing() && c.qdelay < c.target()/2 {
-			step = proportionalGrowth // no queue: an eighth per round trip
+		// Packets added per round trip: Reno's one while competing,
+		// eight while yielding to delay (additive, so that flows
+		// converge to fair shares), an eighth of the window while no
+		// queue builds at all.
+		ai := competeIncrease
+		if !c.competing() {
+			ai = delayIncrease
+			if c.qdelay < c.target()/2 {
+				ai = max(ai, c.cwnd/proportionalGrowth)
+			}
 		}
-		for c.acked >= step && c.cwnd < c.max {
-			c.acked -= step
+		c.acked += n * ai
+		for c.acked >= c.cwnd && c.cwnd < c.max {
+			c.acked -= c.cwnd
 			c.cwnd++
 		}
 		if c.cwnd >= c.max {
@@ -190,18 +208,37 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 // endRound decides on the round trip that just ended, and starts the
 // next, which ends with the PSNs sent so far.
 func (c *delayGated) endRound(high uint32) {
-	if c.roundMin > 0 && c.minRTT > 0 {
-		c.qdelay = c.roundMin - c.minRTT
+	if m := minSample(c.roundMin, c.lastMin); m > 0 && c.minRTT > 0 {
+		// The least of two rounds: one delayed sample (a descheduled
+		// receiver) is no queue.
+		c.qdelay = m - c.minRTT
 	}
 	target := c.target()
-	if c.qdelay < target/2 {
+	switch {
+	case c.qdelay > target:
+		c.drained = 0
+		c.undrained = min(c.undrained+1, competeRounds)
+	case c.competing():
+		// Competing ends after drainRounds drained rounds in a row, so
+		// that a competitor's dip does not hand it the queue.
+		if c.drained++; c.drained >= drainRounds {
+			c.undrained = 0
+		}
+	default:
 		c.undrained = 0
-	} else if c.undrained < competeRounds {
-		c.undrained++
 	}
 	congested := c.qdelay > target
+	recovering := c.recovering
+	c.recovering = false
 	switch {
-	case c.roundLost > 0 && (congested || c.competing()):
+	case recovering:
+		// This round's evidence was sent before the last reduction took
+		// effect: it answers for the same congestion (Reno's recovery).
+	case c.roundLost > 0 && c.competing():
+		// Loss at a queue another flow keeps full: back off as CUBIC
+		// does (to 0.7), so as to hold a fair share against it.
+		c.reduce(c.cwnd * 8 / 10)
+	case c.roundLost > 0 && congested:
 		// Loss at a full queue: congestion.
 		c.reduce(c.cwnd / 2)
 	case c.roundLost > 0:
@@ -217,7 +254,15 @@ func (c *delayGated) endRound(high uint32) {
 		c.reduce(c.cwnd - int(float64(c.cwnd)*min(f, 0.5)))
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)
-	c.roundAcked, c.roundLost, c.roundMin = 0, 0, 0
+	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0
+}
+
+// minSample is the least of two round-trip samples, 0 meaning none.
+func minSample(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // reduce sets the window to w after a congestion event.
@@ -226,6 +271,7 @@ func (c *delayGated) reduce(w int) {
 	c.ssthresh = c.cwnd
 	c.acked = 0
 	c.events++
+	c.recovering = true
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
@@ -234,7 +280,8 @@ func (c *delayGated) OnTimeout(high uint32) {
 	c.acked = 0
 	c.events++
 	c.roundEnd = psnAdd(high, wire.PSNMask)
-	c.roundAcked, c.roundLost, c.roundMin = 0, 0, 0
+	c.roundAcked, c.roundLost, c.roundMin, c.lastMin = 0, 0, 0, 0
+	c.recovering = true
 	c.setPacing()
 }
 
@@ -244,9 +291,16 @@ func (c *delayGated) setPacing() {
 		c.pace.setInterval(0)
 		return
 	}
+	// The round trip the window is spread over: the smoothed one, or the
+	// last rounds' least when that is shorter (a descheduled receiver
+	// inflates the average, not the least).
+	rtt := c.srtt
+	if c.minRTT > 0 {
+		rtt = min(rtt, c.minRTT+max(c.qdelay, 0))
+	}
 	gain := pacingGain
-	if c.cwnd < c.ssthresh {
+	if c.cwnd < c.ssthresh || c.competing() {
 		gain = slowStartGain
 	}
-	c.pace.setInterval(int64(float64(c.srtt) / (float64(c.cwnd) * gain)))
+	c.pace.setInterval(int64(float64(rtt) / (float64(c.cwnd) * gain)))
 }

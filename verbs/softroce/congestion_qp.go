@@ -30,6 +30,7 @@ func (q *QP) startCongestion(max int, psn uint32) {
 	if q.congestion && q.comp.sb != nil {
 		q.comp.win.cc = newDelayGated(max, psn)
 	}
+	q.ccEvents = 0
 	q.paceAt = 0
 }
 
@@ -51,7 +52,31 @@ func (q *QP) ccSample(psn uint32, now int64) {
 func (q *QP) ccSent(now int64) {
 	if cc := q.comp.win.cc; cc != nil {
 		cc.OnPacketSent(now)
+		q.countCongestion()
 	}
+}
+
+// countCongestion brings the QP's CongestionEvents counter up to the
+// controller's count.
+func (q *QP) countCongestion() {
+	cc := q.comp.win.cc
+	if cc == nil {
+		return
+	}
+	if _, ev := cc.Stats(); ev > q.ccEvents {
+		q.count(cCongestionEvents, ev-q.ccEvents)
+		q.ccEvents = ev
+	}
+}
+
+// pacingRate is the pacer's rate in bytes per second, 0 when not paced.
+func (q *QP) pacingRate() uint64 {
+	cc := q.comp.win.cc
+	if cc == nil {
+		return 0
+	}
+	pps, _ := cc.Stats()
+	return uint64(pps * float64(q.mtu))
 }
 
 // paced reports whether the pacer holds the next packet back, and then

@@ -18,7 +18,7 @@ const (
 	// burstTime is the longest burst at the pacing rate: short enough for
 	// a small queue (2 ms at 100 Mbit/s holds 25 kB), long enough for the
 	// runtime's timer to wake the sender in time.
-	burstTime = int64(500 * time.Microsecond)
+	burstTime = int64(1000 * time.Microsecond)
 	// minBurst is the fewest packets the pacer lets go at once.
 	minBurst = 2
 )

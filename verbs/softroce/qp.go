@@ -89,8 +89,9 @@ type QP struct {
 	// paceAt: when the pacer lets the next packet go, 0 if not waiting.
 	congestion bool
 	paceAt     int64
-	sendErr    error // the last error of the link's Send for this QP
-	cause      error // why the QP went to ERR, when the reason is local
+	ccEvents   uint64 // the controller's events already counted
+	sendErr    error  // the last error of the link's Send for this QP
+	cause      error  // why the QP went to ERR, when the reason is local
 
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
