@@ -90,6 +90,8 @@ const (
 	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt.
 	pacingGain    = 1.25
 	slowStartGain = 2
+	// maxPaceInterval is the longest the pacer spaces two packets.
+	maxPaceInterval = int64(time.Millisecond)
 )
 
 // delayGated is the controller described above.
@@ -302,5 +304,8 @@ func (c *delayGated) setPacing() {
 	if c.cwnd < c.ssthresh || c.competing() {
 		gain = slowStartGain
 	}
-	c.pace.setInterval(int64(float64(rtt) / (float64(c.cwnd) * gain)))
+	// The window, not the pacer, holds a flow back: a round trip inflated
+	// by a stall (a descheduled peer, a timeout) must not space packets
+	// further apart than maxPaceInterval.
+	c.pace.setInterval(min(int64(float64(rtt)/(float64(c.cwnd)*gain)), maxPaceInterval))
 }

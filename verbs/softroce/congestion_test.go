@@ -226,3 +226,16 @@ func TestSendWindowDelegates(t *testing.T) {
 		t.Fatalf("losses counted by the window (%d), not the controller (%d)", w.roundLost, w.cc.(*delayGated).roundLost)
 	}
 }
+
+// TestCongestionPacingBounded: a round trip inflated by a stall does not
+// space packets further apart than maxPaceInterval.
+func TestCongestionPacingBounded(t *testing.T) {
+	s := newCCSim(512)
+	s.rounds(2, baseRTT, 0)
+	s.c.OnTimeout(s.high)
+	s.round(10*time.Second, 0)
+	s.round(10*time.Second, 0)
+	if pps, _ := s.c.Stats(); pps < float64(time.Second)/float64(maxPaceInterval)*0.99 {
+		t.Fatalf("pacing %.1f packets/s after a 10 s round trip, want at least %v", pps, time.Second/time.Duration(maxPaceInterval))
+	}
+}
