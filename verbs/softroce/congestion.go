@@ -15,29 +15,37 @@ import (
 // queue that overflows costs other flows. The controller here tells the
 // two apart by the queueing delay that goes with them, as TCP Veno and
 // delay-based controllers (Vegas, Swift, BBR's min-RTT) do: rsock samples
-// the round trip on every acknowledgement, and the smallest sample of a
-// round trip, less the smallest seen on the path (minRTT), is the queue
-// that round trip stood behind.
+// the round trip of every acknowledged packet that was sent once, and
+// the least sample of the last two round trips, less the least seen on
+// the path in the last 10 to 20 s (minRTT), is the queue the flow stands
+// behind. The target is 1 ms (or half of minRTT, if longer): above the
+// scheduling noise of a loaded host, below a 2 ms router queue.
 //
-//   - Loss while the queue is long (over the target delay) is congestion:
-//     the window halves (Reno's decrease), at most once per round trip.
-//   - Loss with no queue is random: the window shrinks by half that
-//     round's loss share, as before (window.go).
+//   - Loss while the queue is over the target is congestion: the window
+//     halves (Reno's decrease).
+//   - Loss with no such queue is random: the window shrinks by half that
+//     round's loss share, as window.go's does.
 //   - With no loss, a queue over the target shrinks the window in
-//     proportion to the excess (Swift's decrease, at most by half per
-//     round trip), so a flow alone keeps the queue short and drops
-//     nothing.
-//   - A queue that never drains although the window shrank belongs to a
-//     flow that fills queues (TCP): after competeRounds round trips
-//     without a drained queue the controller stops yielding to delay and
-//     competes as Reno does (loss halves, one packet per round trip
-//     grows), until the queue drains again (Copa's mode switch).
-//   - Growth is one packet per round trip (Reno) while a queue stands,
-//     one per 8 acknowledged (an eighth per round trip) while it does not,
-//     and doubling per round trip in slow start.
+//     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
+//     half), so that a flow alone keeps the queue short and drops little.
+//   - A queue that stays over the target for competeRounds round trips,
+//     although the window shrank, is kept full by another flow that
+//     fills queues (TCP): the controller stops yielding to delay and
+//     competes on loss alone, backing off to 0.8 of the window per loss
+//     round and growing by competeIncrease packets per round trip (as
+//     CUBIC's TCP-friendly region, made a little firmer because a paced
+//     flow loses more at a tail-drop queue than a bursty one), until the
+//     queue is seen drained for drainRounds round trips in a row (Copa's
+//     mode switch, with hysteresis).
+//   - A reduction is not repeated for the round trip after it, whose
+//     evidence was sent before it took effect (Reno's recovery).
+//   - Growth is eight packets per round trip while yielding to delay
+//     (additive, so that rsock flows converge to fair shares), an eighth
+//     of the window when no queue is seen at all, and doubling per round
+//     trip in slow start, after a timeout.
 //
-// Every packet is paced (pacer.go) at a rate of the window per smoothed
-// round trip, times 1.25 (2 in slow start).
+// Every packet is paced (pacer.go) at a rate of the window per round
+// trip, times 1.25 (2 in slow start and while competing).
 
 // congestionControl is the shape of a sender's congestion controller, as
 // quic-go's SendAlgorithm: events in, a window and a pacing rate out.
