@@ -33,19 +33,20 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 
 // paramsOf reads the peer's endpoint out of its Hello.
 func paramsOf(h *fallback.Hello) rsock.Params {
-	return rsock.Params{
-		GID:               h.GID,
-		UDPPort:           h.UDPPort,
-		QPN:               h.QPN,
-		PSN:               h.PSN,
-		MTU:               int(h.MTU),
-		SelectiveRepeat:   h.Capabilities&fallback.CapSelectiveRepeat != 0,
-		CongestionControl: h.Capabilities&fallback.CapCongestionControl != 0,
-		RingAddr:          h.RingAddr,
-		RingRKey:          h.RingRKey,
-		RingSize:          int(h.RingSize),
-		RecvDepth:         int(h.RecvDepth),
+	p := rsock.Params{
+		GID:             h.GID,
+		UDPPort:         h.UDPPort,
+		QPN:             h.QPN,
+		PSN:             h.PSN,
+		MTU:             int(h.MTU),
+		SelectiveRepeat: h.Capabilities&fallback.CapSelectiveRepeat != 0,
+		RingAddr:        h.RingAddr,
+		RingRKey:        h.RingRKey,
+		RingSize:        int(h.RingSize),
+		RecvDepth:       int(h.RecvDepth),
 	}
+	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
+	return p
 }
 
 // compatible reports whether the peer's queue pair is reachable from the

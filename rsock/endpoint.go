@@ -110,18 +110,18 @@ func NewEndpoint(dev verbs.Device, pd verbs.PD, cfg Config) (_ *Endpoint, err er
 	_, sr := e.qp.(verbs.SelectiveRepeater)
 	_, cc := e.qp.(verbs.CongestionController)
 	e.params = Params{
-		GID:               port.GIDs[0],
-		UDPPort:           4791,
-		QPN:               e.qp.QPN(),
-		PSN:               rand.Uint32() & 0xffffff,
-		MTU:               mtu.Bytes(),
-		SelectiveRepeat:   sr && !cfg.GoBackN,
-		CongestionControl: cc && sr && !cfg.GoBackN && !cfg.NoCongestionControl,
-		RingAddr:          e.recvMR.Addr(),
-		RingRKey:          e.recvMR.RKey(),
-		RingSize:          rs,
-		RecvDepth:         cfg.RecvDepth,
+		GID:             port.GIDs[0],
+		UDPPort:         4791,
+		QPN:             e.qp.QPN(),
+		PSN:             rand.Uint32() & 0xffffff,
+		MTU:             mtu.Bytes(),
+		SelectiveRepeat: sr && !cfg.GoBackN,
+		RingAddr:        e.recvMR.Addr(),
+		RingRKey:        e.recvMR.RKey(),
+		RingSize:        rs,
+		RecvDepth:       cfg.RecvDepth,
 	}
+	e.params.CongestionControl = cc && e.params.SelectiveRepeat && !cfg.NoCongestionControl
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()
 	}

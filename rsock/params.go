@@ -103,14 +103,15 @@ type Params struct {
 	// SelectiveRepeat says the endpoint's QP can use selective repeat
 	// (verbs.SelectiveRepeater); the stream uses it when both sides can.
 	SelectiveRepeat bool
+	RingAddr        uint64
+	RingRKey        uint32
+	RingSize        int
+	RecvDepth       int
+
 	// CongestionControl says the endpoint's QP can run congestion control
 	// (verbs.CongestionController); the stream uses it when both sides
 	// can and selective repeat is on.
 	CongestionControl bool
-	RingAddr          uint64
-	RingRKey          uint32
-	RingSize          int
-	RecvDepth         int
 }
 
 // Validate checks a peer's parameters before they are used.

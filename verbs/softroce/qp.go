@@ -84,14 +84,16 @@ type QP struct {
 	attr      verbs.QPAttr
 	peer      netip.AddrPort
 	mtu       uint32
-	selective bool // selective repeat negotiated (SetSelectiveRepeat)
-	// congestion: congestion control negotiated (SetCongestionControl);
-	// paceAt: when the pacer lets the next packet go, 0 if not waiting.
+	selective bool  // selective repeat negotiated (SetSelectiveRepeat)
+	sendErr   error // the last error of the link's Send for this QP
+	cause     error // why the QP went to ERR, when the reason is local
+
+	// Congestion control (congestion_qp.go): negotiated
+	// (SetCongestionControl); when the pacer lets the next packet go (0:
+	// not waiting); the controller's events already counted.
 	congestion bool
 	paceAt     int64
-	ccEvents   uint64 // the controller's events already counted
-	sendErr    error  // the last error of the link's Send for this QP
-	cause      error  // why the QP went to ERR, when the reason is local
+	ccEvents   uint64
 
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
