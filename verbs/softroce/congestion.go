@@ -32,9 +32,10 @@ import (
 //     although the window shrank, is kept full by another flow that
 //     fills queues (TCP): the controller stops yielding to delay and
 //     competes on loss alone, backing off to 0.8 of the window per loss
-//     round and growing by competeIncrease packets per round trip (as
-//     CUBIC's TCP-friendly region, made a little firmer because a paced
-//     flow loses more at a tail-drop queue than a bursty one), until the
+//     round and growing by up to competeIncrease packets per round trip
+//     (a sixteenth of the window, at least one: CUBIC's TCP-friendly
+//     region, made a little firmer because a paced flow loses more at a
+//     tail-drop queue than a bursty one), until the
 //     queue is seen drained for drainRounds round trips in a row (Copa's
 //     mode switch, with hysteresis).
 //   - A reduction is not repeated for the round trip after it, whose
@@ -42,7 +43,9 @@ import (
 //   - Growth is eight packets per round trip while yielding to delay
 //     (additive, so that rsock flows converge to fair shares), an eighth
 //     of the window when no queue is seen at all, and doubling per round
-//     trip in slow start, after a timeout.
+//     trip in slow start: from initialWindow, and after a timeout. Random
+//     loss does not end slow start; a queue over the target or a loss
+//     at one does.
 //
 // Every packet is paced (pacer.go) at a rate of the window per round
 // trip, times 1.25 (2 in slow start and while competing).
@@ -75,6 +78,11 @@ type congestionControl interface {
 const (
 	// ccMinWindow is the controller's smallest window, in packets.
 	ccMinWindow = 4
+	// initialWindow is the first window, in packets; slow start doubles
+	// it per round trip up to the device's MaxInflight (a few round trips
+	// on a datacenter path), and so finds a small queue before it floods
+	// it.
+	initialWindow = 32
 	// targetDelay is the queueing delay the controller lets build before
 	// it shrinks the window without loss, and above which a loss counts
 	// as congestion; minRTT/2 when that is longer.
@@ -130,8 +138,7 @@ type delayGated struct {
 // newDelayGated returns a controller whose window starts at and never
 // exceeds max packets; psn is the first PSN to be sent.
 func newDelayGated(max int, psn uint32) *delayGated {
-	c := &delayGated{cwnd: max, ssthresh: max, max: max, roundEnd: psn}
-	return c
+	return &delayGated{cwnd: min(initialWindow, max), ssthresh: max, max: max, roundEnd: psn}
 }
 
 var _ congestionControl = (*delayGated)(nil)
@@ -196,7 +203,9 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 		// eight while yielding to delay (additive, so that flows
 		// converge to fair shares), an eighth of the window while no
 		// queue builds at all.
-		ai := competeIncrease
+		// While competing: up to competeIncrease, less for a window that
+		// is small (a short path), where a fixed step would be too much.
+		ai := min(max(c.cwnd/16, 1), competeIncrease)
 		if !c.competing() {
 			ai = delayIncrease
 			if c.qdelay < c.target()/2 {
@@ -253,9 +262,9 @@ func (c *delayGated) endRound(high uint32) {
 		c.reduce(c.cwnd / 2)
 	case c.roundLost > 0:
 		// Loss with no queue: random; shrink by half the loss share.
+		// Slow start goes on: random loss says nothing of the queue.
 		cut := c.cwnd * c.roundLost / (2 * (c.roundAcked + c.roundLost))
 		c.cwnd = max(c.cwnd-max(cut, 1), ccMinWindow)
-		c.ssthresh = c.cwnd
 		c.acked = 0
 	case congested && !c.competing():
 		// A queue builds: shrink in proportion to the excess delay

@@ -15,9 +15,11 @@ type ccSim struct {
 }
 
 func newCCSim(max int) *ccSim {
-	s := &ccSim{c: newDelayGated(max, 0), now: int64(time.Second)}
-	return s
+	return &ccSim{c: newDelayGated(max, 0), now: int64(time.Second)}
 }
+
+// full sets the window to w, out of slow start.
+func (s *ccSim) full(w int) { s.c.cwnd, s.c.ssthresh = w, w }
 
 // round runs one round trip of rtt, of which lost packets are reported lost.
 func (s *ccSim) round(rtt time.Duration, lost int) {
@@ -60,9 +62,9 @@ func TestCongestionRandomLoss(t *testing.T) {
 func TestCongestionLossAtQueue(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(3, baseRTT, 0) // minRTT 100 µs
-	w := s.c.Cwnd()
 	queued := baseRTT + 3*time.Millisecond
 	s.round(queued, 0) // the queue builds: seen at the end of the next round
+	w := s.c.Cwnd()
 	s.round(queued, 5)
 	if got := s.c.ssthresh; got != w/2 {
 		t.Fatalf("loss at a 3 ms queue: reduced to %d, want %d", got, w/2)
@@ -103,7 +105,8 @@ func TestCongestionDelay(t *testing.T) {
 
 // TestCongestionGrowth: an eighth of the window per round trip with no
 // queue, eight packets per round trip while one stands under the target,
-// competeIncrease while competing, and doubling in slow start.
+// competeIncrease while competing (less for a small window), and
+// doubling in slow start.
 func TestCongestionGrowth(t *testing.T) {
 	s := newCCSim(1 << 20)
 	s.rounds(2, baseRTT, 0)
@@ -126,6 +129,11 @@ func TestCongestionGrowth(t *testing.T) {
 	s.c.cwnd, s.c.ssthresh, s.c.undrained = 800, 800, competeRounds
 	s.round(baseRTT+5*time.Millisecond, 0)
 	grew("competing", competeIncrease)
+	s.c.cwnd, s.c.ssthresh, s.c.undrained = 32, 32, competeRounds
+	s.round(baseRTT+5*time.Millisecond, 0)
+	if got := s.c.Cwnd(); got < 33 || got > 34 {
+		t.Errorf("competing with a window of 32: cwnd %d after a round, want it to grow by about 2", got)
+	}
 	s.c.cwnd, s.c.ssthresh, s.c.undrained = 100, 800, 0
 	s.round(baseRTT, 0)
 	if got := s.c.Cwnd(); got != 200 {
@@ -140,8 +148,10 @@ func TestCongestionGrowth(t *testing.T) {
 func TestCongestionCompete(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(3, baseRTT, 0)
+	s.full(400)
 	full := baseRTT + 5*time.Millisecond
 	s.rounds(competeRounds+1, full, 0)
+	s.full(400)
 	if !s.c.competing() {
 		t.Fatalf("not competing after %d rounds at a full queue", competeRounds+1)
 	}
@@ -173,6 +183,7 @@ func TestCongestionCompete(t *testing.T) {
 func TestCongestionTimeout(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(2, baseRTT, 0)
+	s.full(512)
 	s.c.OnTimeout(s.high)
 	if s.c.Cwnd() != ccMinWindow || s.c.ssthresh != 256 {
 		t.Fatalf("after a timeout: cwnd %d ssthresh %d, want %d and 256", s.c.Cwnd(), s.c.ssthresh, ccMinWindow)
@@ -199,10 +210,12 @@ func TestCongestionMinRTT(t *testing.T) {
 }
 
 // TestCongestionPacingRate: the pacer spreads the window over the round
-// trip at 1.25 times (2 in slow start).
+// trip at 1.25 times.
 func TestCongestionPacingRate(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(2, time.Millisecond, 0)
+	s.full(512)
+	s.round(time.Millisecond, 0)
 	pps, _ := s.c.Stats()
 	want := 512 / 0.001 * pacingGain
 	if pps < want*0.99 || pps > want*1.01 {
@@ -237,5 +250,18 @@ func TestCongestionPacingBounded(t *testing.T) {
 	s.round(10*time.Second, 0)
 	if pps, _ := s.c.Stats(); pps < float64(time.Second)/float64(maxPaceInterval)*0.99 {
 		t.Fatalf("pacing %.1f packets/s after a 10 s round trip, want at least %v", pps, time.Second/time.Duration(maxPaceInterval))
+	}
+}
+
+// TestCongestionStart: the first window is initialWindow, and slow start
+// doubles it per round trip up to the largest, random loss or not.
+func TestCongestionStart(t *testing.T) {
+	s := newCCSim(512)
+	if s.c.Cwnd() != initialWindow {
+		t.Fatalf("first window %d, want %d", s.c.Cwnd(), initialWindow)
+	}
+	s.rounds(6, baseRTT, 0.05)
+	if s.c.Cwnd() != 512 {
+		t.Fatalf("6 rounds of slow start at 5%% random loss: cwnd %d, want 512", s.c.Cwnd())
 	}
 }
