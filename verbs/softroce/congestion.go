@@ -33,7 +33,7 @@ import (
 //     fills queues (TCP): the controller stops yielding to delay and
 //     competes on loss alone, backing off to 0.8 of the window per loss
 //     round and growing by up to competeIncrease packets per round trip
-//     (a sixteenth of the window, at least one: CUBIC's TCP-friendly
+//     (a 32nd of the window, at least one: CUBIC's TCP-friendly
 //     region, made a little firmer because a paced flow loses more at a
 //     tail-drop queue than a bursty one), until the
 //     queue is seen drained for drainRounds round trips in a row (Copa's
@@ -205,7 +205,7 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 		// queue builds at all.
 		// While competing: up to competeIncrease, less for a window that
 		// is small (a short path), where a fixed step would be too much.
-		ai := min(max(c.cwnd/16, 1), competeIncrease)
+		ai := min(max(c.cwnd/32, 1), competeIncrease)
 		if !c.competing() {
 			ai = delayIncrease
 			if c.qdelay < c.target()/2 {
