@@ -78,6 +78,11 @@ const (
 	// say where to connect as memif client, and the peer answers with a
 	// Hello whose Link is "memif" when it did.
 	CapMemif uint32 = 1 << 2
+	// CapCongestionControl means the sender's queue pair runs rsock's
+	// congestion controller and pacing on top of selective repeat; both
+	// sides must send it (and CapSelectiveRepeat) for the connection to
+	// use it.
+	CapCongestionControl uint32 = 1 << 3
 )
 
 // Limits of the wire format.

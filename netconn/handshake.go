@@ -11,6 +11,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.SelectiveRepeat {
 		caps |= fallback.CapSelectiveRepeat
 	}
+	if p.CongestionControl {
+		caps |= fallback.CapCongestionControl
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -30,7 +33,7 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 
 // paramsOf reads the peer's endpoint out of its Hello.
 func paramsOf(h *fallback.Hello) rsock.Params {
-	return rsock.Params{
+	p := rsock.Params{
 		GID:             h.GID,
 		UDPPort:         h.UDPPort,
 		QPN:             h.QPN,
@@ -42,4 +45,6 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 		RingSize:        int(h.RingSize),
 		RecvDepth:       int(h.RecvDepth),
 	}
+	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
+	return p
 }

@@ -39,6 +39,12 @@ type ConnStats struct {
 	// acknowledged.
 	Cwnd     int `json:"cwnd,omitempty"`
 	Inflight int `json:"inflight,omitempty"`
+	// PacingRate is the rate the congestion controller paces the queue
+	// pair's packets at, in bytes per second (0: not paced); Congestion
+	// its reductions of the window so far. Both need congestion control,
+	// which rsock peers negotiate.
+	PacingRate       uint64 `json:"pacing_rate,omitempty"`
+	CongestionEvents uint64 `json:"congestion_events,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
 	// timeouts.
 	Retransmits uint64 `json:"retransmits,omitempty"`
@@ -88,6 +94,7 @@ func (c *Conn) Stats() ConnStats {
 	st.QPN, st.DestQPN, st.PathMTU = q.QPN, q.DestQPN, q.PathMTU
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
+	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv

@@ -117,6 +117,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 		mtu = min(mtu, verbs.MTUFromBytes(cfg.MaxMTU))
 	}
 	_, sr := e.qp.(verbs.SelectiveRepeater)
+	_, cc := e.qp.(verbs.CongestionController)
 	e.params = Params{
 		GID:             port.GIDs[0],
 		UDPPort:         verbs.RoCEv2Port,
@@ -129,6 +130,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 		RingSize:        rs,
 		RecvDepth:       cfg.RecvDepth,
 	}
+	e.params.CongestionControl = cc && e.params.SelectiveRepeat && !cfg.NoCongestionControl
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()
 	}

@@ -52,6 +52,10 @@ type Config struct {
 	// GoBackN turns selective repeat off even where both sides support
 	// it (for comparison; go-back-N is what RNICs and rxe speak).
 	GoBackN bool
+	// NoCongestionControl turns the congestion controller and pacing off
+	// even where both sides support them (for comparison: the window then
+	// answers only the rate of loss).
+	NoCongestionControl bool
 }
 
 func (c *Config) setDefaults() error {
@@ -103,6 +107,11 @@ type Params struct {
 	RingRKey        uint32
 	RingSize        int
 	RecvDepth       int
+
+	// CongestionControl says the endpoint's QP can run congestion control
+	// (verbs.CongestionController); the stream uses it when both sides
+	// can and selective repeat is on.
+	CongestionControl bool
 }
 
 // Validate checks a peer's parameters before they are used.

@@ -94,6 +94,11 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		if err := e.qp.(verbs.SelectiveRepeater).SetSelectiveRepeat(true); err != nil {
 			return nil, err
 		}
+		if peer.CongestionControl && e.params.CongestionControl {
+			if err := e.qp.(verbs.CongestionController).SetCongestionControl(true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	err := verbs.ConnectRC(e.qp, verbs.RCPeer{
 		AH:              verbs.AH{DGID: peer.GID, DPort: peer.UDPPort, HopLimit: 64},

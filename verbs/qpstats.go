@@ -14,7 +14,10 @@ type QPStats struct {
 	// sample.
 	SRTT, RTTVar time.Duration
 	Cwnd         int // send window, in packets
-	Inflight     int // request packets sent and not yet acknowledged
+	// PacingRate is the rate the congestion controller paces request
+	// packets at, in bytes per second; 0 when they are not paced.
+	PacingRate uint64
+	Inflight   int // request packets sent and not yet acknowledged
 	// Counters are the queue pair's own statistics (the device's are the
 	// sum over its queue pairs and what no queue pair claimed).
 	Counters Counters

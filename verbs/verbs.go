@@ -120,6 +120,10 @@ type Counters struct {
 	// were dropped unplaced (all of them with go-back-N; with selective
 	// repeat those past its window, and those it cannot place early).
 	OutOfSequence uint64
+	// CongestionEvents counts the congestion controller's reductions of
+	// the send window (rsock peers with congestion control): losses at a
+	// standing queue, a queue over the target delay, timeouts.
+	CongestionEvents uint64
 }
 
 // Add adds o's counts to c.
@@ -146,6 +150,7 @@ func (c *Counters) Add(o Counters) {
 	c.OutOfOrder += o.OutOfOrder
 	c.UnexpectedResponses += o.UnexpectedResponses
 	c.OutOfSequence += o.OutOfSequence
+	c.CongestionEvents += o.CongestionEvents
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses
@@ -155,6 +160,15 @@ func (c *Counters) Add(o Counters) {
 // the QP reaches RTS; it is not part of RoCEv2, so peers negotiate it.
 type SelectiveRepeater interface {
 	SetSelectiveRepeat(on bool) error
+}
+
+// CongestionController is implemented by QPs that can run a congestion
+// controller with pacing on top of selective repeat, one that backs off
+// at a queue that builds rather than at every loss. Both ends must enable
+// it (its loss and delay signals need a peer that answers as rsock's
+// does), before the QP reaches RTS; peers negotiate it.
+type CongestionController interface {
+	SetCongestionControl(on bool) error
 }
 
 // Causer is implemented by QPs that can say why they moved to the error

@@ -129,6 +129,12 @@ func rdmaDetails(c netconn.ConnStats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dev:%s qpn:%d dqpn:%d mtu:%d rtt:%s/%s cwnd:%d inflight:%d",
 		c.Device, c.QPN, c.DestQPN, c.PathMTU, ms(c.SRTT), ms(c.RTTVar), c.Cwnd, c.Inflight)
+	if c.PacingRate > 0 {
+		fmt.Fprintf(&b, " pacing_rate:%dbps", c.PacingRate*8) // bits, as ss prints it
+	}
+	if c.CongestionEvents > 0 {
+		fmt.Fprintf(&b, " cong_events:%d", c.CongestionEvents)
+	}
 	fmt.Fprintf(&b, " bytes_sent:%d bytes_received:%d retrans:%d timeouts:%d naks_sent:%d naks_recv:%d rnr_sent:%d rnr_recv:%d credit_stalls:%d sendring_stalls:%d",
 		c.BytesWritten, c.BytesRead, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.CreditStalls, c.SendRingStalls)
@@ -158,9 +164,9 @@ func counterFields(c verbs.Counters) string {
 	return fmt.Sprintf("sent_pkts %d rcvd_pkts %d retransmits %d timeouts %d out_of_seq_request %d rcvd_seq_err %d "+
 		"send_rnr_err %d rcvd_rnr_err %d icrc_errors %d icrc_unverified %d duplicate_request %d access_errors %d "+
 		"malformed %d unknown_qp %d wrong_peer %d retry_exceeded_err %d retry_rnr_exceeded_err %d completion_queue_overrun %d "+
-		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d",
+		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d congestion_events %d",
 		c.SentPackets, c.RecvPackets, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.ICRCErrors, c.ICRCUnverified, c.Duplicates, c.AccessErrors,
 		c.Malformed, c.UnknownQP, c.WrongPeer, c.RetryExceeded, c.RNRRetryExceeded, c.CQOverruns,
-		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence)
+		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence, c.CongestionEvents)
 }

@@ -71,6 +71,7 @@ var deviceCounters = []struct {
 	{"rsock_device_out_of_order_total", "Request packets placed ahead of a gap (selective repeat).", func(c *verbs.Counters) uint64 { return c.OutOfOrder }},
 	{"rsock_device_unexpected_responses_total", "Responses dropped unread.", func(c *verbs.Counters) uint64 { return c.UnexpectedResponses }},
 	{"rsock_device_out_of_sequence_total", "Request packets ahead of the expected PSN dropped unplaced.", func(c *verbs.Counters) uint64 { return c.OutOfSequence }},
+	{"rsock_device_congestion_events_total", "Reductions of a send window by the congestion controller.", func(c *verbs.Counters) uint64 { return c.CongestionEvents }},
 }
 
 // Write writes st in the text format.

@@ -210,6 +210,8 @@ func (q *QP) ackUpTo(psn uint32) {
 				// when the repair arrived, not the timed packet, whose
 				// own arrival a lost selective NAK left unreported.
 				q.comp.rtt.discard()
+			} else {
+				q.ccSample(psn, nanotime())
 			}
 			sb.acked(q.comp.ackedPSN, psn)
 		}

@@ -32,6 +32,7 @@ const (
 	cOutOfOrder
 	cUnexpectedResponses
 	cOutOfSequence
+	cCongestionEvents
 	numCounters
 )
 
@@ -65,5 +66,6 @@ func (c *counters) snapshot() verbs.Counters {
 
 		UnexpectedResponses: c[cUnexpectedResponses].Load(),
 		OutOfSequence:       c[cOutOfSequence].Load(),
+		CongestionEvents:    c[cCongestionEvents].Load(),
 	}
 }

@@ -79,6 +79,7 @@ type pairOpts struct {
 	sendWR      uint32
 	recvWR      uint32
 	selective   bool // selective repeat on both QPs
+	congestion  bool // congestion control asked for on both QPs
 	capture     *Capture
 }
 
@@ -160,6 +161,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: o.access},
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 		must(t, me.qp.SetSelectiveRepeat(o.selective))
+		must(t, me.qp.SetCongestionControl(o.congestion))
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 			AH:      verbs.AH{DGID: verbs.GIDFromAddr(pa.Addr()), DPort: pa.Port()},

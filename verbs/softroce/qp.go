@@ -88,6 +88,13 @@ type QP struct {
 	sendErr   error // the last error of the link's Send for this QP
 	cause     error // why the QP went to ERR, when the reason is local
 
+	// Congestion control (congestion_qp.go): negotiated
+	// (SetCongestionControl); when the pacer lets the next packet go (0:
+	// not waiting); the controller's events already counted.
+	congestion bool
+	paceAt     int64
+	ccEvents   uint64
+
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
 	// yet completed, [sqNext, sqTail) wait for (re)transmission.
@@ -298,6 +305,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			if q.selective {
 				q.comp.sb = newScoreboard(sackWindow)
 				q.comp.win = newProportionalWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
+				q.startCongestion(q.comp.win.max, a.SQPSN)
 			}
 		}
 	case verbs.QPSErr:

@@ -37,7 +37,7 @@ func (q *QP) windowFull() bool {
 	if q.pipe() >= q.comp.win.cwnd {
 		return true
 	}
-	return q.comp.sb != nil && q.inflight() >= sackWindow-1
+	return q.comp.sb != nil && (q.inflight() >= sackWindow-1 || q.paced())
 }
 
 // runRequester transmits queued requests while the window allows. The
@@ -299,6 +299,7 @@ func (w *sendWQE) swapOrAdd() uint64 {
 func (q *QP) notePSNSent(psn uint32) {
 	now := nanotime()
 	again := psnDiff(psn, q.req.highPSN) < 0
+	q.ccSent(now)
 	if sb := q.comp.sb; sb != nil {
 		sb.sent(psn, now, again)
 	}

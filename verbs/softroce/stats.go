@@ -23,6 +23,9 @@ func (q *QP) Stats() verbs.QPStats {
 	s.SRTT = time.Duration(q.comp.rtt.srtt)
 	s.RTTVar = time.Duration(q.comp.rtt.rttvar)
 	s.Cwnd = q.comp.win.cwnd
+	s.PacingRate = q.pacingRate()
+	q.countCongestion()
+	s.Counters.CongestionEvents = q.stats[cCongestionEvents].Load()
 	if q.attr.State == verbs.QPSRTS || q.attr.State == verbs.QPSSQD {
 		s.Inflight = q.inflight()
 	}

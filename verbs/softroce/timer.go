@@ -100,7 +100,7 @@ func (q *QP) armAckTimerNow() {
 // armTimer makes sure the timer fires no later than the nearest deadline.
 func (q *QP) armTimer() {
 	next := q.comp.ackDeadline
-	for _, d := range [...]int64{q.comp.rnrDeadline, q.resp.ackDue, q.resp.readDue} {
+	for _, d := range [...]int64{q.comp.rnrDeadline, q.resp.ackDue, q.resp.readDue, q.paceDeadline()} {
 		if d != 0 && (next == 0 || d < next) {
 			next = d
 		}
@@ -122,6 +122,7 @@ func (q *QP) stopTimer() {
 	q.comp.rnrDeadline = 0
 	q.resp.ackDue = 0
 	q.resp.readDue = 0
+	q.paceAt = 0
 }
 
 // onTimer runs when the QP's timer fires: it ends an RNR wait, or handles
@@ -156,6 +157,7 @@ func (q *QP) onTimer() {
 		q.armAckTimerNow()
 		q.runRequester()
 	}
+	q.onPaceTimer(now)
 	if d := q.comp.ackDeadline; d != 0 && now >= d {
 		q.comp.ackDeadline = 0
 		if q.sqHead != q.sqNext || q.inflight() > 0 {

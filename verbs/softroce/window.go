@@ -49,6 +49,10 @@ type sendWindow struct {
 	roundEnd     uint32 // the round ends once this PSN is acknowledged
 	roundAcked   int    // packets acknowledged in the round
 	roundLost    int    // packets resent as lost in the round
+
+	// cc, when set (congestion control negotiated), decides cwnd instead
+	// (congestion.go).
+	cc congestionControl
 }
 
 // newSendWindow returns a go-back-N window of max packets; psn is the
@@ -68,6 +72,11 @@ func newProportionalWindow(max int, psn uint32) sendWindow {
 // onAck grows the window for n newly acknowledged packets; acked is the
 // newest PSN acknowledged and high one past the highest PSN sent.
 func (w *sendWindow) onAck(n int, acked, high uint32) {
+	if w.cc != nil {
+		w.cc.OnPacketsAcked(n, acked, high)
+		w.cwnd = w.cc.Cwnd()
+		return
+	}
 	if w.proportional {
 		w.roundAcked += n
 		if psnDiff(acked, w.roundEnd) >= 0 {
@@ -110,7 +119,13 @@ func (w *sendWindow) endRound(high uint32) {
 
 // onResent counts n packets sent again because they were lost
 // (selective repeat).
-func (w *sendWindow) onResent(n int) { w.roundLost += n }
+func (w *sendWindow) onResent(n int) {
+	if w.cc != nil {
+		w.cc.OnPacketsLost(n)
+		return
+	}
+	w.roundLost += n
+}
 
 // onLoss shrinks a go-back-N window after a loss at psn; high is one past
 // the highest PSN sent. Losses within the window that was in flight at the
@@ -128,6 +143,11 @@ func (w *sendWindow) onLoss(psn, high uint32) {
 
 // onTimeout collapses the window after a local ACK timeout.
 func (w *sendWindow) onTimeout(high uint32) {
+	if w.cc != nil {
+		w.cc.OnTimeout(high)
+		w.cwnd = w.cc.Cwnd()
+		return
+	}
 	w.ssthresh = max(w.cwnd/2, minWindow)
 	w.cwnd = minWindow
 	w.acked = 0

@@ -1,0 +1,328 @@
+package softroce
+
+import (
+	"time"
+
+	"github.com/rsock-go/rsock/verbs/softroce/wire"
+)
+
+// Congestion control between rsock peers (negotiated, on top of selective
+// repeat): the window answers a queue that builds, not each loss.
+//
+// Selective repeat makes a random loss cheap (one packet resent), and the
+// proportional window of window.go keeps goodput under random loss. But
+// at a real bottleneck it behaves as if every loss were random, and a
+// queue that overflows costs other flows. The controller here tells the
+// two apart by the queueing delay that goes with them, as TCP Veno and
+// delay-based controllers (Vegas, Swift, BBR's min-RTT) do: rsock samples
+// the round trip of every acknowledged packet that was sent once, and
+// the least sample of the last two round trips, less the least seen on
+// the path in the last 10 to 20 s (minRTT), is the queue the flow stands
+// behind. The target is 1 ms (or half of minRTT, if longer): above the
+// scheduling noise of a loaded host, below a 2 ms router queue.
+//
+//   - Loss while the queue is over the target is congestion: the window
+//     halves (Reno's decrease).
+//   - Loss with no such queue is random: the window shrinks by half that
+//     round's loss share, as window.go's does.
+//   - With no loss, a queue over the target shrinks the window in
+//     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
+//     half), so that a flow alone keeps the queue short and drops little.
+//   - A queue that stays over the target for competeRounds round trips,
+//     although the window shrank, is kept full by another flow that
+//     fills queues (TCP): the controller stops yielding to delay and
+//     competes on loss alone, backing off to 0.8 of the window per loss
+//     round and growing by up to competeIncrease packets per round trip
+//     (a 32nd of the window, at least one: CUBIC's TCP-friendly
+//     region, made a little firmer because a paced flow loses more at a
+//     tail-drop queue than a bursty one), until the
+//     queue is seen drained for drainRounds round trips in a row (Copa's
+//     mode switch, with hysteresis).
+//   - A reduction is not repeated for the round trip after it, whose
+//     evidence was sent before it took effect (Reno's recovery).
+//   - Growth is eight packets per round trip while yielding to delay
+//     (additive, so that rsock flows converge to fair shares), an eighth
+//     of the window when no queue is seen at all, and doubling per round
+//     trip in slow start: from initialWindow, and after a timeout. Random
+//     loss does not end slow start; a queue over the target or a loss
+//     at one does.
+//
+// Every packet is paced (pacer.go) at a rate of the window per round
+// trip, times 1.25 (2 in slow start and while competing).
+
+// congestionControl is the shape of a sender's congestion controller, as
+// quic-go's SendAlgorithm: events in, a window and a pacing rate out.
+// Times are monotonic ns, windows and counts in packets.
+type congestionControl interface {
+	// OnPacketSent counts a transmission (first or resent).
+	OnPacketSent(now int64)
+	// OnPacketsAcked counts n packets newly acknowledged; acked is the
+	// newest PSN acknowledged, high one past the highest PSN sent.
+	OnPacketsAcked(n int, acked, high uint32)
+	// OnRTTSample feeds the round trip of one packet sent once.
+	OnRTTSample(now, rtt int64)
+	// OnPacketsLost counts n packets resent because they were lost.
+	OnPacketsLost(n int)
+	// OnTimeout collapses the window after a retransmission timeout.
+	OnTimeout(high uint32)
+	// Cwnd is the congestion window.
+	Cwnd() int
+	// TimeUntilSend is how long the next packet waits for the pacer (0:
+	// send now).
+	TimeUntilSend(now int64) int64
+	// Stats reports the pacing rate (packets per second, 0 when not
+	// paced) and the congestion events so far.
+	Stats() (pacingRate float64, events uint64)
+}
+
+const (
+	// ccMinWindow is the controller's smallest window, in packets.
+	ccMinWindow = 4
+	// initialWindow is the first window, in packets; slow start doubles
+	// it per round trip up to the device's MaxInflight (a few round trips
+	// on a datacenter path), and so finds a small queue before it floods
+	// it.
+	initialWindow = 32
+	// targetDelay is the queueing delay the controller lets build before
+	// it shrinks the window without loss, and above which a loss counts
+	// as congestion; minRTT/2 when that is longer.
+	targetDelay = int64(time.Millisecond)
+	// competeRounds is how many round trips a queue must stand, without
+	// draining below half the target, for the controller to compete as
+	// Reno does instead of yielding to delay.
+	competeRounds = 12
+	// drainRounds is how many drained round trips in a row end competing.
+	drainRounds = 4
+	// minRTTWindow is how long a minimum round trip stays valid: the
+	// minimum is taken over the current and the previous window, so that
+	// it follows a path whose base delay grew.
+	minRTTWindow = int64(10 * time.Second)
+	// competeIncrease is the additive increase per round trip, in
+	// packets, while competing.
+	competeIncrease = 6
+	// delayIncrease is the additive increase per round trip, in
+	// packets, while the controller yields to delay.
+	delayIncrease = 8
+	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt.
+	pacingGain    = 1.25
+	slowStartGain = 2
+	// maxPaceInterval is the longest the pacer spaces two packets.
+	maxPaceInterval = int64(time.Millisecond)
+)
+
+// delayGated is the controller described above.
+type delayGated struct {
+	cwnd, ssthresh, max int
+	acked               int // acknowledged toward the next +1
+
+	// Minimum round trip: the least of the current window and the
+	// previous one.
+	minRTT, epochMin, prevMin int64
+	epochStart                int64
+	srtt                      int64 // smoothed over every sample (1/8)
+
+	roundEnd   uint32 // the round ends once this PSN is acknowledged
+	roundMin   int64  // the least round trip sampled in the round; 0 none
+	lastMin    int64  // the same of the previous round
+	recovering bool   // the window was reduced at the end of the last round
+	roundAcked int
+	roundLost  int
+	qdelay     int64 // the queueing delay of the last round that had a sample
+	undrained  int   // rounds since the queue was last seen drained
+	drained    int   // while competing: drained rounds in a row
+
+	events uint64
+	pace   pacer
+}
+
+// newDelayGated returns a controller whose window starts at and never
+// exceeds max packets; psn is the first PSN to be sent.
+func newDelayGated(max int, psn uint32) *delayGated {
+	return &delayGated{cwnd: min(initialWindow, max), ssthresh: max, max: max, roundEnd: psn}
+}
+
+var _ congestionControl = (*delayGated)(nil)
+
+func (c *delayGated) Cwnd() int { return c.cwnd }
+
+func (c *delayGated) Stats() (float64, uint64) {
+	if c.pace.interval == 0 {
+		return 0, c.events
+	}
+	return float64(time.Second) / float64(c.pace.interval), c.events
+}
+
+// target is the queueing delay the controller tolerates.
+func (c *delayGated) target() int64 { return max(targetDelay, c.minRTT/2) }
+
+// competing reports whether a standing queue made the controller compete
+// on loss alone.
+func (c *delayGated) competing() bool { return c.undrained >= competeRounds }
+
+func (c *delayGated) OnPacketSent(now int64) { c.pace.sent(now) }
+
+func (c *delayGated) TimeUntilSend(now int64) int64 { return c.pace.timeUntilSend(now) }
+
+func (c *delayGated) OnRTTSample(now, rtt int64) {
+	if rtt <= 0 {
+		return
+	}
+	if c.srtt == 0 {
+		c.srtt = rtt
+	} else {
+		c.srtt += (rtt - c.srtt) / 8
+	}
+	if c.roundMin == 0 || rtt < c.roundMin {
+		c.roundMin = rtt
+	}
+	if c.epochMin == 0 || rtt < c.epochMin {
+		c.epochMin = rtt
+	}
+	if now-c.epochStart >= minRTTWindow {
+		c.prevMin, c.epochMin, c.epochStart = c.epochMin, rtt, now
+	}
+	c.minRTT = c.epochMin
+	if c.prevMin > 0 && c.prevMin < c.minRTT {
+		c.minRTT = c.prevMin
+	}
+	c.setPacing()
+}
+
+func (c *delayGated) OnPacketsLost(n int) { c.roundLost += n }
+
+func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
+	c.roundAcked += n
+	if psnDiff(acked, c.roundEnd) >= 0 {
+		c.endRound(high)
+	}
+	switch {
+	case c.cwnd < c.ssthresh:
+		c.cwnd = min(c.cwnd+n, c.ssthresh)
+	default:
+		// Packets added per round trip: Reno's one while competing,
+		// eight while yielding to delay (additive, so that flows
+		// converge to fair shares), an eighth of the window while no
+		// queue builds at all.
+		// While competing: up to competeIncrease, less for a window that
+		// is small (a short path), where a fixed step would be too much.
+		ai := min(max(c.cwnd/32, 1), competeIncrease)
+		if !c.competing() {
+			ai = delayIncrease
+			if c.qdelay < c.target()/2 {
+				ai = max(ai, c.cwnd/proportionalGrowth)
+			}
+		}
+		c.acked += n * ai
+		for c.acked >= c.cwnd && c.cwnd < c.max {
+			c.acked -= c.cwnd
+			c.cwnd++
+		}
+		if c.cwnd >= c.max {
+			c.acked = 0
+		}
+	}
+	c.setPacing()
+}
+
+// endRound decides on the round trip that just ended, and starts the
+// next, which ends with the PSNs sent so far.
+func (c *delayGated) endRound(high uint32) {
+	if m := minSample(c.roundMin, c.lastMin); m > 0 && c.minRTT > 0 {
+		// The least of two rounds: one delayed sample (a descheduled
+		// receiver) is no queue.
+		c.qdelay = m - c.minRTT
+	}
+	target := c.target()
+	switch {
+	case c.qdelay > target:
+		c.drained = 0
+		c.undrained = min(c.undrained+1, competeRounds)
+	case c.competing():
+		// Competing ends after drainRounds drained rounds in a row, so
+		// that a competitor's dip does not hand it the queue.
+		if c.drained++; c.drained >= drainRounds {
+			c.undrained = 0
+		}
+	default:
+		c.undrained = 0
+	}
+	congested := c.qdelay > target
+	recovering := c.recovering
+	c.recovering = false
+	switch {
+	case recovering:
+		// This round's evidence was sent before the last reduction took
+		// effect: it answers for the same congestion (Reno's recovery).
+	case c.roundLost > 0 && c.competing():
+		// Loss at a queue another flow keeps full: back off as CUBIC
+		// does (to 0.7), so as to hold a fair share against it.
+		c.reduce(c.cwnd * 8 / 10)
+	case c.roundLost > 0 && congested:
+		// Loss at a full queue: congestion.
+		c.reduce(c.cwnd / 2)
+	case c.roundLost > 0:
+		// Loss with no queue: random; shrink by half the loss share.
+		// Slow start goes on: random loss says nothing of the queue.
+		cut := c.cwnd * c.roundLost / (2 * (c.roundAcked + c.roundLost))
+		c.cwnd = max(c.cwnd-max(cut, 1), ccMinWindow)
+		c.acked = 0
+	case congested && !c.competing():
+		// A queue builds: shrink in proportion to the excess delay
+		// (Swift: by 0.8 × excess/delay, at most half).
+		f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
+		c.reduce(c.cwnd - int(float64(c.cwnd)*min(f, 0.5)))
+	}
+	c.roundEnd = psnAdd(high, wire.PSNMask)
+	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0
+}
+
+// minSample is the least of two round-trip samples, 0 meaning none.
+func minSample(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// reduce sets the window to w after a congestion event.
+func (c *delayGated) reduce(w int) {
+	c.cwnd = min(max(w, ccMinWindow), c.cwnd)
+	c.ssthresh = c.cwnd
+	c.acked = 0
+	c.events++
+	c.recovering = true
+}
+
+func (c *delayGated) OnTimeout(high uint32) {
+	c.ssthresh = max(c.cwnd/2, ccMinWindow)
+	c.cwnd = ccMinWindow
+	c.acked = 0
+	c.events++
+	c.roundEnd = psnAdd(high, wire.PSNMask)
+	c.roundAcked, c.roundLost, c.roundMin, c.lastMin = 0, 0, 0, 0
+	c.recovering = true
+	c.setPacing()
+}
+
+// setPacing paces a window per smoothed round trip, times the gain.
+func (c *delayGated) setPacing() {
+	if c.srtt == 0 {
+		c.pace.setInterval(0)
+		return
+	}
+	// The round trip the window is spread over: the smoothed one, or the
+	// last rounds' least when that is shorter (a descheduled receiver
+	// inflates the average, not the least).
+	rtt := c.srtt
+	if c.minRTT > 0 {
+		rtt = min(rtt, c.minRTT+max(c.qdelay, 0))
+	}
+	gain := pacingGain
+	if c.cwnd < c.ssthresh || c.competing() {
+		gain = slowStartGain
+	}
+	// The window, not the pacer, holds a flow back: a round trip inflated
+	// by a stall (a descheduled peer, a timeout) must not space packets
+	// further apart than maxPaceInterval.
+	c.pace.setInterval(min(int64(float64(rtt)/(float64(c.cwnd)*gain)), maxPaceInterval))
+}

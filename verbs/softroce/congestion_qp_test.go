@@ -1,0 +1,57 @@
+package softroce
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/rsock-go/rsock/internal/verbstest"
+	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link/pipe"
+)
+
+// TestCongestionControlQP: with selective repeat, a QP asked for
+// congestion control paces its packets (a pacing rate in its stats) and
+// moves data intact over a lossy pipe; with go-back-N (toward rxe and
+// RNICs) the request is ignored: no controller, no pacing, the IBTA
+// window as before.
+func TestCongestionControlQP(t *testing.T) {
+	for _, selective := range []bool{true, false} {
+		t.Run(map[bool]string{false: "go-back-N", true: "selective"}[selective], func(t *testing.T) {
+			o := pairOpts{mtu: verbs.MTU1024, bufSize: 2 << 20, timeout: 11, sendWR: 64, recvWR: 64,
+				selective: selective, congestion: true}
+			a, b := newPair(t, pipeLinks, pipe.Faults{Loss: 0.02, Seed: 3}, o)
+			r := rand.New(rand.NewPCG(1, 2))
+			const size, slots = 128 << 10, 8
+			for id := uint64(1); id <= 40; id++ {
+				off := int(id%slots) * size
+				verbstest.FillRandom(r, a.buf[off:off+size])
+				b.postRecv(id, 0, 0)
+				a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.sge(off, size)},
+					RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()})
+				if id < slots {
+					continue
+				}
+				done := id - slots + 1
+				expectWC(t, b.rcq, done, verbs.WCRecvRDMAWithImm, verbs.WCSuccess)
+				expectWC(t, a.scq, done, verbs.WCRDMAWrite, verbs.WCSuccess)
+				o := int(done%slots) * size
+				if !bytes.Equal(a.buf[o:o+size], b.buf[o:o+size]) {
+					t.Fatalf("WRITE %d: data differs", done)
+				}
+			}
+			st := a.qp.Stats()
+			if selective && (st.PacingRate == 0 || st.Cwnd < ccMinWindow) {
+				t.Errorf("selective with congestion control: pacing rate %d B/s, cwnd %d; want paced", st.PacingRate, st.Cwnd)
+			}
+			a.qp.mu.Lock()
+			hasCC := a.qp.comp.win.cc != nil
+			a.qp.mu.Unlock()
+			if !selective && (hasCC || st.PacingRate != 0 || st.Counters.CongestionEvents != 0) {
+				t.Errorf("go-back-N: controller %v, pacing rate %d B/s, %d congestion events; want none", hasCC, st.PacingRate, st.Counters.CongestionEvents)
+			}
+			t.Logf("cwnd %d, pacing %d B/s, %d congestion events, %d resent", st.Cwnd, st.PacingRate,
+				st.Counters.CongestionEvents, st.Counters.Retransmits)
+		})
+	}
+}

@@ -1,0 +1,71 @@
+package softroce
+
+import "time"
+
+// pacer spreads a window's packets over the round trip: a token bucket
+// that fills at one packet per interval and holds at most a burst, the
+// packets that take burstTime at the pacing rate (at least minBurst, at
+// most txBatch: what the link sends in one GSO batch). So the udp link's
+// batches leave paced, and no burst is larger than the rate allows.
+type pacer struct {
+	interval int64 // ns per packet; 0: not paced
+	credit   int64 // ns of sending earned and not spent
+	last     int64 // when credit was last brought up to date
+	burst    int64 // the most credit, in ns
+}
+
+const (
+	// burstTime is the longest burst at the pacing rate: short enough for
+	// a small queue (2 ms at 100 Mbit/s holds 25 kB), long enough for the
+	// runtime's timer to wake the sender in time.
+	burstTime = int64(1000 * time.Microsecond)
+	// minBurst is the fewest packets the pacer lets go at once.
+	minBurst = 2
+)
+
+// setInterval paces one packet per interval ns (0: not at all).
+func (p *pacer) setInterval(interval int64) {
+	p.interval = max(interval, 0)
+	p.burst = min(max(burstTime, minBurst*p.interval), txBatch*p.interval)
+	p.credit = min(p.credit, p.burst)
+}
+
+// refill brings the credit up to now.
+func (p *pacer) refill(now int64) {
+	if p.last == 0 {
+		p.credit = p.burst
+	} else if d := now - p.last; d > 0 {
+		p.credit = min(p.credit+d, p.burst)
+	}
+	p.last = now
+}
+
+// timeUntilSend is how long the next packet must wait: 0 to send now.
+func (p *pacer) timeUntilSend(now int64) int64 {
+	if p.interval == 0 {
+		return 0
+	}
+	if p.credit >= p.interval {
+		return 0
+	}
+	p.refill(now)
+	if p.credit >= p.interval {
+		return 0
+	}
+	return p.interval - p.credit
+}
+
+// sent spends one packet's credit; a packet the pacer did not allow (a
+// resend) may leave it in debt, which later packets wait for.
+func (p *pacer) sent(now int64) {
+	if p.interval == 0 {
+		return
+	}
+	if p.credit < p.interval {
+		p.refill(now)
+	}
+	p.credit -= p.interval
+	if p.credit < -p.burst {
+		p.credit = -p.burst
+	}
+}

@@ -1,0 +1,59 @@
+package softroce
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacer: a token bucket of one packet per interval that holds at
+// most burstTime of packets (between minBurst and txBatch of them), and
+// lets a resend run it into debt that later packets wait out.
+func TestPacer(t *testing.T) {
+	const us = int64(time.Microsecond)
+	for _, tc := range []struct {
+		interval int64
+		burst    int // packets that go at once after an idle time
+	}{
+		{0, -1},        // not paced
+		{10 * us, 32},  // 100 packets per burstTime: txBatch
+		{100 * us, 10}, // burstTime at the rate
+		{2 * time.Millisecond.Nanoseconds(), minBurst}, // slower than burstTime per packet
+	} {
+		var p pacer
+		p.setInterval(tc.interval)
+		now := int64(time.Second)
+		n := 0
+		for p.timeUntilSend(now) == 0 && n < 1000 {
+			p.sent(now)
+			n++
+		}
+		if tc.burst < 0 {
+			if n != 1000 {
+				t.Errorf("unpaced: held after %d packets", n)
+			}
+			continue
+		}
+		if n != tc.burst {
+			t.Errorf("interval %v: a burst of %d packets, want %d", time.Duration(tc.interval), n, tc.burst)
+		}
+		wait := p.timeUntilSend(now)
+		if wait <= 0 || wait > tc.interval {
+			t.Errorf("interval %v: wait %v after the burst, want (0, interval]", time.Duration(tc.interval), time.Duration(wait))
+		}
+		if p.timeUntilSend(now+wait) != 0 {
+			t.Errorf("interval %v: still held after the wait", time.Duration(tc.interval))
+		}
+	}
+
+	// Debt: packets sent past the credit (resends) hold the next ones
+	// back for as long.
+	var p pacer
+	p.setInterval(10 * us)
+	now := int64(time.Second)
+	for range 32 + 5 {
+		p.sent(now)
+	}
+	if w := p.timeUntilSend(now); w != 60*us {
+		t.Fatalf("after 5 packets past the credit: wait %v, want 60µs", time.Duration(w))
+	}
+}
