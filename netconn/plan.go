@@ -75,6 +75,11 @@ type HostFacts struct {
 	// SameHost maps each same-host link to nil when it can be set up now,
 	// else to why not; a link missing from the map cannot be.
 	SameHost map[string]error
+	// LinkNets are the networks of the links the settings name whose
+	// addresses are configured apart from the kernel's (a dpdk port's
+	// RSOCK_DPDK_IP prefix): a peer's RoCE address on one of them need not
+	// be its TCP address, since the operator put both ends there.
+	LinkNets []netip.Prefix
 }
 
 // Plan is what a connection runs on.
@@ -330,11 +335,18 @@ func chooseConfirm(in PlanInput) (Plan, *FallbackError) {
 }
 
 // checkPeerAddress checks that the RoCE address in the peer's Hello is
-// the address the TCP connection reached.
+// the address the TCP connection reached, or on the network of a link
+// the settings name whose addresses the operator configured apart from
+// the kernel's (a dpdk port).
 func checkPeerAddress(in PlanInput, h *fallback.Hello) *FallbackError {
 	gid := verbs.GID(h.GID).Addr()
 	if gid == in.Remote.Unmap().WithZone("") {
 		return nil
+	}
+	for _, n := range in.Host.LinkNets {
+		if n.Contains(gid) {
+			return nil
+		}
 	}
 	return fallbackf(FallbackPeerAddress, in.Side, fmt.Sprintf("the peer's RoCE address %v is not its TCP address %v", gid, in.Remote.Unmap()))
 }

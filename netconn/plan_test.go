@@ -258,6 +258,40 @@ func TestPlanPeerAddress(t *testing.T) {
 	}
 }
 
+// TestPlanPeerAddressLinkNet: a link whose addresses the operator
+// configured apart from the kernel's (a dpdk port's prefix) may name a
+// peer's RoCE address on that prefix although it is not the TCP peer's;
+// any other address is still refused, and a udp-only end trusts nothing
+// but the TCP address.
+func TestPlanPeerAddressLinkNet(t *testing.T) {
+	dpdkNet := netip.MustParsePrefix("10.77.0.0/24")
+	for _, tc := range []struct {
+		gid  string
+		nets []netip.Prefix
+		ok   bool
+	}{
+		{"10.77.0.2", []netip.Prefix{dpdkNet}, true},
+		{"10.77.1.2", []netip.Prefix{dpdkNet}, false},
+		{"127.0.0.2", []netip.Prefix{dpdkNet}, false},
+		{"10.77.0.2", nil, false},
+	} {
+		for _, side := range []string{SideListener, SideDialer} {
+			in := PlanInput{Provider: ProviderSoftRoCE, Link: LinkUDP, Local: planLocal, Remote: netip.MustParseAddr("127.0.0.1"), Side: side}
+			in.Host.LinkNets = tc.nets
+			h := planHello("udp", in.Remote)
+			h.GID = netip.MustParseAddr(tc.gid).As16()
+			in.Peer = h
+			if side == SideDialer {
+				in.Offered = &Plan{Provider: ProviderSoftRoCE, Link: LinkUDP}
+			}
+			got := outcome(ChoosePlan(in))
+			if tc.ok && got != LinkUDP || !tc.ok && got != "-"+FallbackPeerAddress {
+				t.Errorf("%s: GID %s, link networks %v: %s", side, tc.gid, tc.nets, got)
+			}
+		}
+	}
+}
+
 // TestPlanWire: with a memif wire, connections run on it, and only with
 // peers on it.
 func TestPlanWire(t *testing.T) {

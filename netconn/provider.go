@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
+	"github.com/rsock-go/rsock/verbs/softroce/link"
 )
 
 // The rdmacore provider is not imported here: binaries that want it
@@ -72,6 +73,11 @@ func hostFacts(set settings, ip netip.Addr) HostFacts {
 	for _, e := range linkTable {
 		if o, ok := e.ops.(offerer); ok {
 			f.SameHost[e.name] = o.available()
+		}
+	}
+	if set.link != LinkAuto {
+		if n, ok := link.Network(set.link); ok {
+			f.LinkNets = append(f.LinkNets, n)
 		}
 	}
 	return f

@@ -157,7 +157,14 @@ func checkServiceRecord(t *testing.T, r map[string]any) {
 				t.Errorf("%s: %s connections ran on %v (fallbacks %v)", name, side, m, r["fallback_reasons"])
 			}
 		}
-		if total < 1 || total > callers || (r["service"] == "grpc" && total != 1) {
+		// net/http dials a new connection for a request that finds none
+		// idle, and one that is freed meanwhile lingers in the pool, so it
+		// may hold a few more than its callers (on tcp and unix too).
+		most := callers
+		if r["service"] == "http" {
+			most = 2 * callers
+		}
+		if total < 1 || total > most || (r["service"] == "grpc" && total != 1) {
 			t.Errorf("%s: %d %s connections for %d callers: %v", name, total, side, callers, m)
 		}
 	}

@@ -73,16 +73,21 @@ func dialClient() int {
 
 // afPacketEnv is the environment of a process whose netconn runs on
 // the dpdk link on net_af_packet over the namespace's veth, or (dpdk
-// false) on the udp link. Over IPv6 the dpdk link has an address of its
-// own (dpdkIPv6), which the kernel does not have: neighbour discovery
-// for it is the link's alone.
-func afPacketEnv(ns *netlab.Namespace, useDPDK, ipv6 bool) []string {
+// false) on the udp link. With own, over IPv6, the dpdk link has an
+// address of its own (dpdkIPv6), which the kernel does not have:
+// neighbour discovery for it is the link's alone. Only a dpdk peer, whose
+// RSOCK_DPDK_IP prefix holds that address, takes it for a RoCE address
+// other than the TCP connection's; a udp peer needs the address it dialed.
+func afPacketEnv(ns *netlab.Namespace, useDPDK, ipv6, own bool) []string {
 	if !useDPDK {
 		return []string{netconn.EnvLink + "=udp"}
 	}
 	ip := ns.IPv4.String() + "/24"
 	if ipv6 {
-		ip = dpdkIPv6(ns).String() + "/64"
+		ip = ns.IPv6.String() + "/64"
+		if own {
+			ip = dpdkIPv6(ns).String() + "/64"
+		}
 	}
 	return []string{
 		netconn.EnvLink + "=dpdk",
@@ -104,9 +109,10 @@ func dpdkIPv6(ns *netlab.Namespace) netip.Addr {
 // network namespaces joined by a veth pair at MTU 1500: the echo server
 // in A, the client in B, each on the dpdk link on net_af_packet over its
 // veth or on the udp link. Byte-exact, each reporting its own transport.
-// Over IPv6 the dpdk link resolves its peer with neighbour solicitations
-// and answers the peer's (the kernel's, on the udp link) for an address
-// only it has.
+// Over IPv6 two dpdk links resolve each other with neighbour
+// solicitations for addresses only they have; against the udp link the
+// dpdk link shares the kernel's address (the peer's RoCE address must be
+// the one its TCP connection reached).
 func TestAFPacket(t *testing.T) {
 	if err := netlab.Check(); err != nil {
 		t.Skip(err)
@@ -147,10 +153,10 @@ func runPair(t *testing.T, lab *netlab.Lab, serverDPDK, clientDPDK, ipv6 bool) {
 	}
 	srv := lab.A.Command(ctx, exe, "-test.run=^$")
 	listen := netip.AddrPortFrom(lab.A.Addr(ipv6), 0).String()
-	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+listen), afPacketEnv(lab.A, serverDPDK, ipv6)...)
+	srv.Env = append(append(os.Environ(), childEnv+"=echo", childAddrEnv+"="+listen), afPacketEnv(lab.A, serverDPDK, ipv6, clientDPDK)...)
 	addr, srvErr := startEcho(t, srv)
 	cli := lab.B.Command(ctx, exe, "-test.run=^$")
-	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK, ipv6)...)
+	cli.Env = append(append(os.Environ(), childEnv+"=dial", childAddrEnv+"="+addr), afPacketEnv(lab.B, clientDPDK, ipv6, serverDPDK)...)
 	var cliErr bytes.Buffer
 	cli.Stderr = &cliErr
 	if err := cli.Run(); err != nil {

@@ -37,6 +37,38 @@ func Register(name string, open Opener) {
 	links.m[name] = open
 }
 
+// NetworkFunc reports the network a link's own addresses are configured
+// on, apart from the kernel's (a DPDK port's address and prefix), and
+// false when the link is not configured.
+type NetworkFunc func() (netip.Prefix, bool)
+
+var networks = struct {
+	sync.Mutex
+	m map[string]NetworkFunc
+}{m: make(map[string]NetworkFunc)}
+
+// RegisterNetwork registers, for a link registered as name whose
+// addresses are configured apart from the kernel's, where to find its
+// network: peers on it are reached through the link, so a handshake may
+// name them although they are not the TCP peer's address.
+func RegisterNetwork(name string, f NetworkFunc) {
+	networks.Lock()
+	defer networks.Unlock()
+	networks.m[name] = f
+}
+
+// Network returns the network of the link registered as name, if it has
+// one and is configured.
+func Network(name string) (netip.Prefix, bool) {
+	networks.Lock()
+	f, ok := networks.m[name]
+	networks.Unlock()
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	return f()
+}
+
 // Lookup returns the opener of the link registered as name.
 func Lookup(name string) (Opener, bool) {
 	links.Lock()

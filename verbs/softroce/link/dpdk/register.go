@@ -2,7 +2,12 @@
 
 package dpdk
 
-import "github.com/rsock-go/rsock/verbs/softroce/link"
+import (
+	"net/netip"
+	"os"
+
+	"github.com/rsock-go/rsock/verbs/softroce/link"
+)
 
 // Registered under "dpdk", configured from the environment (EnvArgs,
 // EnvPort, EnvIP, EnvGateway, EnvMTU).
@@ -13,5 +18,11 @@ func init() {
 			return nil, err
 		}
 		return Open(c)
+	})
+	// The port's address is configured here, not in the kernel: peers on
+	// its prefix are reached through the port.
+	link.RegisterNetwork("dpdk", func() (netip.Prefix, bool) {
+		p, err := netip.ParsePrefix(os.Getenv(EnvIP))
+		return p.Masked(), err == nil
 	})
 }
