@@ -46,7 +46,7 @@ type Capture struct {
 	skipped atomic.Uint64
 	noID    atomic.Uint64
 	// idDeltas are the ICRC differences by IPv4 ID, by packet length.
-	idDeltas map[int]*[maxGSOID]uint32
+	idDeltas map[int]*wire.ICRCIDTable
 }
 
 // captureSnapLen covers the largest frame: Ethernet, IPv6, UDP, RoCE
@@ -262,14 +262,9 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int
 	return len(f)
 }
 
-// maxGSOID bounds the IPv4 IDs tried: a GSO run has at most 64 packets.
-const maxGSOID = 64
-
-// ipv4ID finds the IPv4 ID below maxGSOID for which the ICRC at the end
-// of pkt verifies. The CRC is affine: the ICRCs of one packet under two
-// IDs differ by a value that depends only on the IDs and the packet's
-// length, so one ICRC computation and a table per length (built once)
-// find the ID. The caller holds c.mu.
+// ipv4ID finds the IPv4 ID below wire.ICRCIDSpan (a GSO run's) for which
+// the ICRC at the end of pkt verifies, with one ICRC computation and a
+// wire.ICRCIDTable per length (built once). The caller holds c.mu.
 func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
 	n := len(pkt) - wire.ICRCLen
 	ph := wire.PseudoHeader{Src: src, Dst: dst}
@@ -279,32 +274,14 @@ func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
 	}
 	t := c.idDeltas[n]
 	if t == nil {
-		t = idDeltas(src, dst, n)
+		t = new(wire.ICRCIDTable)
+		t.Fill(n)
 		if c.idDeltas == nil {
-			c.idDeltas = make(map[int]*[maxGSOID]uint32)
+			c.idDeltas = make(map[int]*wire.ICRCIDTable)
 		}
 		c.idDeltas[n] = t
 	}
-	for id, d := range t {
-		if d == diff {
-			return uint16(id), true
-		}
-	}
-	return 0, false
-}
-
-// idDeltas returns, for an IPv4 RoCEv2 packet of n bytes (BTH through
-// pad), ICRC(ID id) XOR ICRC(ID 0) for each id below maxGSOID.
-func idDeltas(src, dst netip.AddrPort, n int) *[maxGSOID]uint32 {
-	zeros := make([]byte, n)
-	ph := wire.PseudoHeader{Src: src, Dst: dst}
-	base := wire.ComputeICRC(&ph, zeros)
-	var t [maxGSOID]uint32
-	for id := 1; id < maxGSOID; id++ {
-		ph.IPID = uint16(id)
-		t[id] = wire.ComputeICRC(&ph, zeros) ^ base
-	}
-	return &t
+	return t.ID(diff)
 }
 
 // macOf makes up a locally administered MAC address for ip.
