@@ -220,23 +220,16 @@ func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packe
 // its ICRC is.
 func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int {
 	v4 := src.Addr().Unmap().Is4()
-	ipLen := wire.IPv6Len
-	etherType := uint16(wire.EtherTypeIPv6)
-	if v4 {
-		ipLen, etherType = wire.IPv4MinLen, wire.EtherTypeIPv4
-	}
-	hdr := wire.EthernetLen + ipLen + wire.UDPLen
+	hdr := wire.FrameHeaderLen(src.Addr())
 	if hdr+len(pkt) > len(c.frame) || !dst.Addr().IsValid() || dst.Addr().Unmap().Is4() != v4 {
 		return 0
 	}
 	f := c.frame[:hdr+len(pkt)]
-	wire.Ethernet(f).Encode(macOf(dst.Addr()), macOf(src.Addr()), etherType)
-	udpLen := wire.UDPLen + len(pkt)
-	ip := f[wire.EthernetLen:]
 	copy(f[hdr:], pkt)
 	body, icrc := f[hdr:len(f)-wire.ICRCLen], f[len(f)-wire.ICRCLen:]
+	var id uint16
 	if v4 {
-		id, ok := uint16(0), false
+		ok := false
 		if mode != txComputed {
 			id, ok = c.ipv4ID(src, dst, pkt)
 		}
@@ -246,18 +239,13 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int
 		} else if !ok {
 			c.noID.Add(1)
 		}
-		wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(wire.IPv4MinLen + udpLen), ID: id, Flags: wire.IPv4DontFragment,
-			TTL: 64, Protocol: wire.IPProtoUDP, Src: src.Addr(), Dst: dst.Addr()})
-	} else {
-		wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP, HopLimit: 64,
-			Src: src.Addr(), Dst: dst.Addr()})
-		if mode == txComputed {
-			ph := wire.PseudoHeader{Src: src, Dst: dst}
-			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
-		}
+	} else if mode == txComputed {
+		ph := wire.PseudoHeader{Src: src, Dst: dst}
+		wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
 	}
-	u := wire.UDP(f[wire.EthernetLen+ipLen:])
-	u.Encode(src.Port(), dst.Port(), uint16(udpLen), 0)
+	wire.EncodeFrameHeaders(f, &wire.FrameFields{SrcMAC: macOf(src.Addr()), DstMAC: macOf(dst.Addr()),
+		Src: src, Dst: dst, IPID: id, PayloadLen: len(pkt)})
+	u := wire.UDP(f[hdr-wire.UDPLen:])
 	u.SetChecksum(u.CalculateChecksum(src.Addr(), dst.Addr()))
 	return len(f)
 }
