@@ -314,6 +314,20 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	return nil
 }
 
+// setOption sets the option *opt, a field of q, to on; options are set
+// before the QP is ready to send: in RESET, INIT or RTR.
+func (q *QP) setOption(opt *bool, on bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.attr.State {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
+	default:
+		return verbs.ErrInvalidState
+	}
+	*opt = on
+	return nil
+}
+
 func (q *QP) setState(s verbs.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
