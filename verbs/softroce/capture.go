@@ -46,7 +46,7 @@ type Capture struct {
 	skipped atomic.Uint64
 	noID    atomic.Uint64
 	// idDeltas are the ICRC differences by IPv4 ID, by packet length.
-	idDeltas map[int]*[maxGSOID]uint32
+	idDeltas map[int]*wire.ICRCIDTable
 }
 
 // captureSnapLen covers the largest frame: Ethernet, IPv6, UDP, RoCE
@@ -220,23 +220,16 @@ func (c *Capture) batch(pkts []link.Packet, mode icrcMode, ends func(*link.Packe
 // its ICRC is.
 func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int {
 	v4 := src.Addr().Unmap().Is4()
-	ipLen := wire.IPv6Len
-	etherType := uint16(wire.EtherTypeIPv6)
-	if v4 {
-		ipLen, etherType = wire.IPv4MinLen, wire.EtherTypeIPv4
-	}
-	hdr := wire.EthernetLen + ipLen + wire.UDPLen
+	hdr := wire.FrameHeaderLen(src.Addr())
 	if hdr+len(pkt) > len(c.frame) || !dst.Addr().IsValid() || dst.Addr().Unmap().Is4() != v4 {
 		return 0
 	}
 	f := c.frame[:hdr+len(pkt)]
-	wire.Ethernet(f).Encode(macOf(dst.Addr()), macOf(src.Addr()), etherType)
-	udpLen := wire.UDPLen + len(pkt)
-	ip := f[wire.EthernetLen:]
 	copy(f[hdr:], pkt)
 	body, icrc := f[hdr:len(f)-wire.ICRCLen], f[len(f)-wire.ICRCLen:]
+	var id uint16
 	if v4 {
-		id, ok := uint16(0), false
+		ok := false
 		if mode != txComputed {
 			id, ok = c.ipv4ID(src, dst, pkt)
 		}
@@ -246,30 +239,20 @@ func (c *Capture) encode(src, dst netip.AddrPort, pkt []byte, mode icrcMode) int
 		} else if !ok {
 			c.noID.Add(1)
 		}
-		wire.IPv4(ip).Encode(&wire.IPv4Fields{TotalLen: uint16(wire.IPv4MinLen + udpLen), ID: id, Flags: wire.IPv4DontFragment,
-			TTL: 64, Protocol: wire.IPProtoUDP, Src: src.Addr(), Dst: dst.Addr()})
-	} else {
-		wire.IPv6(ip).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP, HopLimit: 64,
-			Src: src.Addr(), Dst: dst.Addr()})
-		if mode == txComputed {
-			ph := wire.PseudoHeader{Src: src, Dst: dst}
-			wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
-		}
+	} else if mode == txComputed {
+		ph := wire.PseudoHeader{Src: src, Dst: dst}
+		wire.PutICRC(icrc, wire.ComputeICRC(&ph, body))
 	}
-	u := wire.UDP(f[wire.EthernetLen+ipLen:])
-	u.Encode(src.Port(), dst.Port(), uint16(udpLen), 0)
+	wire.EncodeFrameHeaders(f, &wire.FrameFields{SrcMAC: macOf(src.Addr()), DstMAC: macOf(dst.Addr()),
+		Src: src, Dst: dst, IPID: id, PayloadLen: len(pkt)})
+	u := wire.UDP(f[hdr-wire.UDPLen:])
 	u.SetChecksum(u.CalculateChecksum(src.Addr(), dst.Addr()))
 	return len(f)
 }
 
-// maxGSOID bounds the IPv4 IDs tried: a GSO run has at most 64 packets.
-const maxGSOID = 64
-
-// ipv4ID finds the IPv4 ID below maxGSOID for which the ICRC at the end
-// of pkt verifies. The CRC is affine: the ICRCs of one packet under two
-// IDs differ by a value that depends only on the IDs and the packet's
-// length, so one ICRC computation and a table per length (built once)
-// find the ID. The caller holds c.mu.
+// ipv4ID finds the IPv4 ID below wire.ICRCIDSpan (a GSO run's) for which
+// the ICRC at the end of pkt verifies, with one ICRC computation and a
+// wire.ICRCIDTable per length (built once). The caller holds c.mu.
 func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
 	n := len(pkt) - wire.ICRCLen
 	ph := wire.PseudoHeader{Src: src, Dst: dst}
@@ -279,32 +262,14 @@ func (c *Capture) ipv4ID(src, dst netip.AddrPort, pkt []byte) (uint16, bool) {
 	}
 	t := c.idDeltas[n]
 	if t == nil {
-		t = idDeltas(src, dst, n)
+		t = new(wire.ICRCIDTable)
+		t.Fill(n)
 		if c.idDeltas == nil {
-			c.idDeltas = make(map[int]*[maxGSOID]uint32)
+			c.idDeltas = make(map[int]*wire.ICRCIDTable)
 		}
 		c.idDeltas[n] = t
 	}
-	for id, d := range t {
-		if d == diff {
-			return uint16(id), true
-		}
-	}
-	return 0, false
-}
-
-// idDeltas returns, for an IPv4 RoCEv2 packet of n bytes (BTH through
-// pad), ICRC(ID id) XOR ICRC(ID 0) for each id below maxGSOID.
-func idDeltas(src, dst netip.AddrPort, n int) *[maxGSOID]uint32 {
-	zeros := make([]byte, n)
-	ph := wire.PseudoHeader{Src: src, Dst: dst}
-	base := wire.ComputeICRC(&ph, zeros)
-	var t [maxGSOID]uint32
-	for id := 1; id < maxGSOID; id++ {
-		ph.IPID = uint16(id)
-		t[id] = wire.ComputeICRC(&ph, zeros) ^ base
-	}
-	return &t
+	return t.ID(diff)
 }
 
 // macOf makes up a locally administered MAC address for ip.

@@ -12,15 +12,7 @@ import "github.com/rsock-go/rsock/verbs"
 // toward other RoCE peers (rxe, RNICs) the IBTA's behaviour applies. It
 // may be called in RESET, INIT or RTR.
 func (q *QP) SetCongestionControl(on bool) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch q.attr.State {
-	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
-	default:
-		return verbs.ErrInvalidState
-	}
-	q.congestion = on
-	return nil
+	return q.setOption(&q.congestion, on)
 }
 
 // startCongestion gives a selective-repeat window of max packets its

@@ -9,9 +9,11 @@
 //   - device.go opens a device on a link; receiver.go is its receive loop,
 //     which reads packets in batches and dispatches each by destination
 //     QP, then sends the responses and coalesced ACKs of the batch;
-//   - qp.go creates and modifies queue pairs (the IBTA state machine, with
-//     verbs.CheckTransition) and takes posted work requests; qpn.go draws
-//     their numbers at random;
+//   - qp.go creates, modifies and destroys queue pairs (the IBTA state
+//     machine, with verbs.CheckTransition, and the flush into ERR); qpn.go
+//     draws their numbers at random; post.go validates posted work
+//     requests and queues them; txbuf.go lends a transmitting QP packet
+//     buffers from the device's pool and sends them in PSN order;
 //   - requester.go segments send work requests into MTU-sized packets,
 //     assigns PSNs (psn.go) and keeps the window of unacknowledged packets
 //     (window.go: its size follows the loss evidence, as Reno's does);

@@ -1,12 +1,10 @@
 package softroce
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -22,47 +20,6 @@ const (
 	txBatch      = 32
 	ackReqPeriod = 64 // at most this many packets between AckReq bits
 )
-
-// sendWQE is a posted send work request and its transmission progress.
-type sendWQE struct {
-	id         uint64
-	opcode     verbs.WROpcode
-	flags      verbs.SendFlags
-	imm        uint32
-	raddr      uint64
-	rkey       uint32
-	compareAdd uint64
-	swap       uint64
-	sgl        []verbs.SGE // backed by QP.sgeStore
-	inline     []byte      // backed by QP.inlineStore; used when flags has SendInline
-	length     uint64
-
-	started  bool   // PSNs assigned
-	firstPSN uint32 // PSN of the first packet (of the first response for READ)
-	npkts    uint32 // PSNs the request consumes
-	readPkts uint32 // READ response packets received in order
-	readReq  uint32 // READ response packets asked for so far (readReq ≥ readPkts)
-	readHigh uint32 // the most READ response packets ever asked for
-	done     bool   // READ or atomic has all its response
-}
-
-func (w *sendWQE) lastPSN() uint32 { return psnAdd(w.firstPSN, w.npkts-1) }
-
-// isRdAtomic reports whether the request is answered with data (READ, atomics).
-func (w *sendWQE) isRdAtomic() bool {
-	return w.opcode == verbs.WRRDMARead || w.opcode == verbs.WRAtomicCmpAndSwp || w.opcode == verbs.WRAtomicFetchAdd
-}
-
-// containsPSN reports whether psn falls within the request's PSNs.
-func (w *sendWQE) containsPSN(psn uint32) bool {
-	return w.started && psnDiff(psn, w.firstPSN) >= 0 && psnDiff(psn, w.lastPSN()) <= 0
-}
-
-// recvWQE is a posted receive work request.
-type recvWQE struct {
-	id  uint64
-	sgl []verbs.SGE // backed by QP.rqSGEStore
-}
 
 // QP is a soft-RoCE reliable-connected queue pair. Its mutex guards the
 // requester, completer and responder state; the receive loop, the poster
@@ -357,129 +314,23 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	return nil
 }
 
+// setOption sets the option *opt, a field of q, to on; options are set
+// before the QP is ready to send: in RESET, INIT or RTR.
+func (q *QP) setOption(opt *bool, on bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.attr.State {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
+	default:
+		return verbs.ErrInvalidState
+	}
+	*opt = on
+	return nil
+}
+
 func (q *QP) setState(s verbs.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
-}
-
-// txBuffers is a batch of request packet buffers. A QP borrows one from
-// its device's pool only while it transmits, so that idle QPs (thousands
-// of mostly quiet connections) hold no packet memory.
-type txBuffers struct {
-	pkts []link.Packet
-	n    int // packets built, while queued
-	// held is, by packet, the memory region its Tail points into, and
-	// refs how many are set.
-	held []*MR
-	refs int
-}
-
-// hold records that packet i points into m's memory (nil: into none),
-// letting go of the region it pointed into before.
-func (t *txBuffers) hold(i int, m *MR) {
-	if old := t.held[i]; old != nil {
-		old.sending.Add(-1)
-		t.refs--
-	}
-	if m != nil {
-		m.sending.Add(1)
-		t.refs++
-	}
-	t.held[i] = m
-}
-
-// release lets go of every region the batch's packets point into.
-func (t *txBuffers) release() {
-	if t.refs == 0 {
-		return
-	}
-	for i := range t.held {
-		t.hold(i, nil)
-		t.pkts[i].Tail = nil
-	}
-}
-
-// putTx returns a batch to the pool.
-func (d *Device) putTx(b *txBuffers) {
-	b.release()
-	d.txPool.Put(b)
-}
-
-func newTxBuffers() any {
-	t := &txBuffers{pkts: make([]link.Packet, txBatch), held: make([]*MR, txBatch)}
-	mem := make([]byte, txBatch*maxPacketLen)
-	for i := range t.pkts {
-		t.pkts[i].Buf = mem[i*maxPacketLen : (i+1)*maxPacketLen : (i+1)*maxPacketLen]
-	}
-	return t
-}
-
-// borrowTx makes q.tx usable. The caller holds q.mu.
-func (q *QP) borrowTx() {
-	if q.txb == nil {
-		q.txb = q.dev.txPool.Get().(*txBuffers)
-		q.tx = q.txb.pkts
-		q.txN = 0
-	}
-}
-
-// queueTx hands the packets built so far to the transmit queue.
-func (q *QP) queueTx() {
-	if q.txb == nil {
-		return
-	}
-	if q.txN == 0 {
-		q.dev.putTx(q.txb)
-	} else {
-		q.txb.n = q.txN
-		q.txq = append(q.txq, q.txb)
-	}
-	q.txb, q.tx, q.txN = nil, nil, 0
-}
-
-// transmit sends the queued packets. The caller holds q.mu; it is
-// released during each send, so that the receive loop can process this
-// QP's ACKs while the system call runs. Only one goroutine sends for a QP
-// at a time (the others leave their packets queued for it), so packets
-// leave in PSN order. Call it only where the QP's state may change
-// underneath: at the end of an operation.
-func (q *QP) transmit() {
-	q.queueTx()
-	if q.txSending {
-		return
-	}
-	q.txSending = true
-	for len(q.txq) > 0 {
-		b := q.txq[0]
-		copy(q.txq, q.txq[1:])
-		q.txq[len(q.txq)-1] = nil
-		q.txq = q.txq[:len(q.txq)-1]
-		q.mu.Unlock()
-		err := q.dev.send(b.pkts[:b.n])
-		q.dev.putTx(b)
-		q.mu.Lock()
-		if err != nil {
-			q.onSendError(err)
-		}
-	}
-	q.txSending = false
-}
-
-// onSendError handles a failure of the link to send some of the QP's
-// packets. A packet too large for the path (EMSGSIZE: the interface's MTU
-// shrank below the QP's path MTU) will never pass, so the QP fails with
-// that cause; any other failure is taken as a loss, which the QP's
-// retries recover, and is kept as the cause if they run out.
-func (q *QP) onSendError(err error) {
-	if errors.Is(err, link.ErrClosed) {
-		return
-	}
-	q.stats.add(cSendErrors, 1)
-	q.sendErr = err
-	if errors.Is(err, syscall.EMSGSIZE) && q.attr.State == verbs.QPSRTS {
-		q.cause = fmt.Errorf("softroce: the path MTU fell below the QP's %d-byte MTU: %w", q.mtu, err)
-		q.fail(q.sqHead, verbs.WCLocLenErr)
-	}
 }
 
 // Cause returns why the QP moved to the error state when the reason is
@@ -489,19 +340,6 @@ func (q *QP) Cause() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.cause
-}
-
-// dropTx discards packets built or queued and not yet sent.
-func (q *QP) dropTx() {
-	q.txN = 0
-	if q.txb != nil {
-		q.txb.release()
-	}
-	for i, b := range q.txq {
-		q.dev.putTx(b)
-		q.txq[i] = nil
-	}
-	q.txq = q.txq[:0]
 }
 
 // reset discards every queued request and returns to RESET.
@@ -519,118 +357,6 @@ func (q *QP) reset() {
 	q.peer = netip.AddrPort{}
 	q.mtu = 0
 	q.sendErr, q.cause = nil, nil
-}
-
-// PostSend queues send work requests.
-func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return 0, verbs.ErrClosed
-	}
-	switch q.attr.State {
-	case verbs.QPSRTS, verbs.QPSErr:
-	default:
-		return 0, fmt.Errorf("softroce: post send in %v: %w", q.attr.State, verbs.ErrInvalidState)
-	}
-	for i := range wrs {
-		if q.sqTail-q.sqHead == uint32(len(q.sq)) {
-			q.runRequester()
-			return i, verbs.ErrQueueFull
-		}
-		if err := q.enqueueSend(&wrs[i]); err != nil {
-			q.runRequester()
-			return i, err
-		}
-	}
-	if q.attr.State == verbs.QPSErr {
-		q.flush(q.sqTail, 0)
-		return len(wrs), nil
-	}
-	q.runRequester()
-	return len(wrs), nil
-}
-
-// enqueueSend validates wr and copies it into the send queue.
-func (q *QP) enqueueSend(wr *verbs.SendWR) error {
-	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE {
-		return fmt.Errorf("softroce: %d SGEs, QP allows %d: %w", len(wr.SGL), q.cap.MaxSendSGE, verbs.ErrInvalidArgument)
-	}
-	length := sglLen(wr.SGL)
-	switch wr.Opcode {
-	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
-		if length > 1<<31 {
-			return fmt.Errorf("softroce: message of %d bytes exceeds 2 GiB: %w", length, verbs.ErrInvalidArgument)
-		}
-	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
-		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
-			return fmt.Errorf("softroce: atomic needs one 8-byte SGE: %w", verbs.ErrInvalidArgument)
-		}
-	default:
-		return fmt.Errorf("softroce: send opcode %v: %w", wr.Opcode, verbs.ErrInvalidArgument)
-	}
-	inline := wr.Flags&verbs.SendInline != 0
-	if inline {
-		if length > uint64(q.cap.MaxInlineData) || wr.Opcode == verbs.WRRDMARead || wr.Opcode >= verbs.WRAtomicCmpAndSwp {
-			return fmt.Errorf("softroce: inline %v of %d bytes (max %d): %w", wr.Opcode, length, q.cap.MaxInlineData, verbs.ErrInvalidArgument)
-		}
-	}
-	w := &q.sq[q.sqTail%uint32(len(q.sq))]
-	*w = sendWQE{
-		id:         wr.ID,
-		opcode:     wr.Opcode,
-		flags:      wr.Flags,
-		imm:        wr.Imm,
-		raddr:      wr.RemoteAddr,
-		rkey:       wr.RKey,
-		compareAdd: wr.CompareAdd,
-		swap:       wr.Swap,
-		sgl:        append(w.sgl[:0], wr.SGL...),
-		inline:     w.inline[:0],
-		length:     length,
-	}
-	if q.sigAll {
-		w.flags |= verbs.SendSignaled
-	}
-	if inline {
-		// Inline data is copied now, so the caller may reuse its buffer
-		// as soon as PostSend returns.
-		w.inline = w.inline[:length]
-		if !q.dev.gather(q.pd, w.sgl, 0, w.inline) {
-			return fmt.Errorf("softroce: inline data outside registered memory of the PD: %w", verbs.ErrInvalidArgument)
-		}
-	}
-	q.sqTail++
-	return nil
-}
-
-// PostRecv queues receive work requests.
-func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return 0, verbs.ErrClosed
-	}
-	if q.attr.State == verbs.QPSReset {
-		return 0, fmt.Errorf("softroce: post recv in RESET: %w", verbs.ErrInvalidState)
-	}
-	for i := range wrs {
-		wr := &wrs[i]
-		if uint32(len(wr.SGL)) > q.cap.MaxRecvSGE {
-			return i, fmt.Errorf("softroce: %d SGEs, QP allows %d: %w", len(wr.SGL), q.cap.MaxRecvSGE, verbs.ErrInvalidArgument)
-		}
-		if q.rqTail-q.rqHead == uint32(len(q.rq)) || q.cap.MaxRecvWR == 0 {
-			return i, verbs.ErrQueueFull
-		}
-		w := &q.rq[q.rqTail%uint32(len(q.rq))]
-		w.id = wr.ID
-		w.sgl = append(w.sgl[:0], wr.SGL...)
-		q.rqTail++
-	}
-	if q.attr.State == verbs.QPSErr {
-		q.flush(q.sqHead, 0)
-	}
-	return len(wrs), nil
 }
 
 // wcOpcode maps a send opcode to its completion opcode.

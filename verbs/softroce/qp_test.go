@@ -198,3 +198,31 @@ func TestCloseReleases(t *testing.T) {
 		t.Fatalf("CQ wait after close: %v", err)
 	}
 }
+
+// TestOptionsBeforeRTS: selective repeat and congestion control are set in
+// RESET, INIT or RTR, and refused once the QP is ready to send.
+func TestOptionsBeforeRTS(t *testing.T) {
+	a, _ := newPair(t, pipeLinks, pipe.Faults{}, pairOpts{})
+	q := a.qp
+	if q.State() != verbs.QPSRTS {
+		t.Fatalf("QP in %v, want RTS", q.State())
+	}
+	if err := q.SetSelectiveRepeat(true); !errors.Is(err, verbs.ErrInvalidState) {
+		t.Errorf("SetSelectiveRepeat in RTS: %v, want ErrInvalidState", err)
+	}
+	if err := q.SetCongestionControl(true); !errors.Is(err, verbs.ErrInvalidState) {
+		t.Errorf("SetCongestionControl in RTS: %v, want ErrInvalidState", err)
+	}
+	la, _ := pipeLinks.make(t, pipe.Faults{})
+	o := pairOpts{}
+	o.defaults()
+	r := newNode(t, la, o).qp
+	for _, on := range []bool{true, false} {
+		if err := r.SetSelectiveRepeat(on); err != nil || r.selective != on {
+			t.Errorf("SetSelectiveRepeat(%v) in RESET: %v, selective %v", on, err, r.selective)
+		}
+		if err := r.SetCongestionControl(on); err != nil || r.congestion != on {
+			t.Errorf("SetCongestionControl(%v) in RESET: %v, congestion %v", on, err, r.congestion)
+		}
+	}
+}

@@ -23,15 +23,7 @@ const repairBurst = 32
 // RNICs) the IBTA's go-back-N applies. It may be called in RESET, INIT or
 // RTR.
 func (q *QP) SetSelectiveRepeat(on bool) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch q.attr.State {
-	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
-	default:
-		return verbs.ErrInvalidState
-	}
-	q.selective = on
-	return nil
+	return q.setOption(&q.selective, on)
 }
 
 // repair resends the packets the scoreboard reports lost, up to

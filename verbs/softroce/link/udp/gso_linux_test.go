@@ -143,29 +143,6 @@ func TestGSORun(t *testing.T) {
 	}
 }
 
-// TestIDDeltas checks the ICRC differences by IPv4 ID against ComputeICRC.
-func TestIDDeltas(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
-	src := netip.MustParseAddrPort("192.0.2.1:49152")
-	dst := netip.MustParseAddrPort("192.0.2.2:4791")
-	var d [maxSegs]uint32
-	for _, n := range []int{12, 13, 100, 1000, 4096 + 28, 9000, 65000} {
-		pkt := make([]byte, n)
-		for i := range pkt {
-			pkt[i] = byte(r.Uint32())
-		}
-		idDeltas(&d, n)
-		ph := wire.PseudoHeader{Src: src, Dst: dst}
-		c0 := wire.ComputeICRC(&ph, pkt)
-		for id := range maxSegs {
-			ph.IPID = uint16(id)
-			if got, want := d[id], wire.ComputeICRC(&ph, pkt)^c0; got != want {
-				t.Fatalf("n %d id %d: delta %08x, want %08x", n, id, got, want)
-			}
-		}
-	}
-}
-
 func TestOffloadsExchange(t *testing.T) {
 	loop6 := netip.MustParseAddrPort("[::1]:0")
 	for _, addr := range []netip.AddrPort{loop4, loop6} {

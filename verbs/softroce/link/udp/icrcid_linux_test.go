@@ -102,7 +102,7 @@ func TestIDCacheNoAlloc(t *testing.T) {
 	lens := []int{44, 1052, 4124, 100, 44, 4124}
 	i := 0
 	if a := testing.AllocsPerRun(100, func() {
-		c.table(lens[i%len(lens)]).anyID(0x12345678)
+		c.table(lens[i%len(lens)]).AnyID(0x12345678)
 		i++
 	}); a != 0 {
 		t.Errorf("%v allocations per lookup", a)

@@ -13,7 +13,7 @@ import (
 )
 
 // MaxHeaderLen is the longest frame header written: Ethernet, IPv6, UDP.
-const MaxHeaderLen = wire.EthernetLen + wire.IPv6Len + wire.UDPLen
+const MaxHeaderLen = wire.MaxFrameHeaderLen
 
 // Ends names the two ends of a frame: MAC addresses, IP addresses and
 // UDP ports.
@@ -33,20 +33,9 @@ func EncodeHeaders(h []byte, e *Ends, pktLen int) (int, error) {
 	if src.Is4() != d.Is4() {
 		return 0, fmt.Errorf("destination %v and local address %v differ in IP version", e.Dst, e.Src)
 	}
-	udpLen := wire.UDPLen + pktLen
-	if src.Is4() {
-		wire.Ethernet(h).Encode(e.DstMAC, e.SrcMAC, wire.EtherTypeIPv4)
-		ip := wire.IPv4(h[wire.EthernetLen:])
-		ip.Encode(&wire.IPv4Fields{TotalLen: uint16(wire.IPv4MinLen + udpLen), Flags: wire.IPv4DontFragment,
-			TTL: 64, Protocol: wire.IPProtoUDP, Src: src, Dst: d})
-		wire.UDP(h[wire.EthernetLen+wire.IPv4MinLen:]).Encode(e.Src.Port(), e.Dst.Port(), uint16(udpLen), 0)
-		return wire.EthernetLen + wire.IPv4MinLen + wire.UDPLen, nil
-	}
-	wire.Ethernet(h).Encode(e.DstMAC, e.SrcMAC, wire.EtherTypeIPv6)
-	wire.IPv6(h[wire.EthernetLen:]).Encode(&wire.IPv6Fields{PayloadLen: uint16(udpLen), NextHeader: wire.IPProtoUDP,
-		HopLimit: 64, Src: src, Dst: d})
-	wire.UDP(h[wire.EthernetLen+wire.IPv6Len:]).Encode(e.Src.Port(), e.Dst.Port(), uint16(udpLen), 0)
-	return MaxHeaderLen, nil
+	n := wire.EncodeFrameHeaders(h, &wire.FrameFields{SrcMAC: e.SrcMAC, DstMAC: e.DstMAC, Src: e.Src, Dst: e.Dst,
+		PayloadLen: pktLen})
+	return n, nil
 }
 
 // Headers writes the headers of the frame carrying pkt (BTH up to the
