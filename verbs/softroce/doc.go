@@ -37,6 +37,14 @@
 // scoreboard says are lost, in bounded bursts). READ and atomic requests
 // keep go-back-N, since the completer tracks their responses in order.
 //
+// Congestion control, between two soft-RoCE QPs that negotiated it
+// (SetCongestionControl, on top of selective repeat): congestion.go is
+// the controller, pure state shaped like quic-go's SendAlgorithm (the
+// queueing delay above the path's least round trip tells a queue that
+// overflows from random loss), pacer.go the token bucket that spaces the
+// requester's packets, and congestion_qp.go the hooks that feed them from
+// the requester and completer. Toward other RoCE peers nothing changes.
+//
 // Senders transmit from the posting goroutine. stats.go and counters.go
 // report a QP's and a device's numbers; capture.go writes a device's
 // packets as a pcap; pathmtu.go derives a path MTU from an IP MTU.
