@@ -73,7 +73,10 @@ func loopbackTransport() string {
 	if os.Getenv(EnvLink) == LinkUDP {
 		return "rdma/softroce/udp"
 	}
-	return "rdma/softroce/memif"
+	if os.Getenv(EnvLink) == LinkMemif {
+		return "rdma/softroce/memif"
+	}
+	return "rdma/shm"
 }
 
 func TestNetConnRDMA(t *testing.T) {

@@ -167,8 +167,14 @@ func checkChannelPeer(peer *peercred.Expect, c *shmChannel) error {
 	return peer.CheckCred(peercred.Cred{PID: u.Pid, UID: u.Uid, GID: u.Gid})
 }
 
-// available: shm runs on Linux.
-func (shmOps) available() error { return nil }
+// available: shm runs on Linux, unless a test turned it off.
+func (shmOps) available() error { return shmUnavailable }
+
+// shmUnavailable is what available reports: nil, or in tests why not.
+var shmUnavailable error
+
+// errShmOffForTest is why shm is not used in tests that turn it off.
+var errShmOffForTest = errors.New("shm turned off by the test")
 
 // offer offers the channel to the listener's process when this process
 // has one, else a fresh channel on a new abstract socket.
