@@ -26,6 +26,7 @@ const shmMaxQPs = 1 << 15
 // the connections that use it counted.
 type shmChannel struct {
 	dev      *shm.Device
+	sd       *sharedDevice  // what its connections hold; releasing it drops a reference
 	refs     int
 	listener bool           // this side took the offer
 	remote   netip.AddrPort // on the dialer's side: the listener's TCP address
@@ -45,6 +46,7 @@ var shmChannels = struct {
 // addShmChannel registers a new channel with one reference.
 func addShmChannel(dev *shm.Device, remote netip.AddrPort, listener bool) *shmChannel {
 	c := &shmChannel{dev: dev, refs: 1, remote: remote, listener: listener}
+	c.sd = &sharedDevice{key: deviceKey{provider: ProviderShm, link: LinkShm}, dev: dev, release: c.release}
 	shmChannels.Lock()
 	if listener {
 		shmChannels.byID[dev.ChannelID()] = c
@@ -114,11 +116,9 @@ func (c *shmChannel) release() {
 func closeIdleShmChannels() {
 	var idle []*shmChannel
 	shmChannels.Lock()
-	for _, m := range []map[uint64]*shmChannel{shmChannels.byID} {
-		for _, c := range m {
-			if c.refs == 0 {
-				idle = append(idle, c)
-			}
+	for _, c := range shmChannels.byID {
+		if c.refs == 0 {
+			idle = append(idle, c)
 		}
 	}
 	for _, c := range shmChannels.toListener {
@@ -148,8 +148,22 @@ func (c *shmChannel) endpoint(local netip.Addr, stream rsock.Config) (*sharedDev
 		c.release()
 		return nil, nil, err
 	}
-	d := &sharedDevice{key: deviceKey{provider: ProviderShm, link: LinkShm, ip: local.Unmap()}, dev: c.dev, refs: 1, release: c.release}
-	return d, ep, nil
+	return c.sd, ep, nil
+}
+
+// shmDevices returns the devices of the process's channels (also idle
+// ones waiting to close), for Snapshot.
+func shmDevices() []*sharedDevice {
+	shmChannels.Lock()
+	defer shmChannels.Unlock()
+	var ds []*sharedDevice
+	for _, c := range shmChannels.byID {
+		ds = append(ds, c.sd)
+	}
+	for _, c := range shmChannels.toListener {
+		ds = append(ds, c.sd)
+	}
+	return ds
 }
 
 // shmConfig is the configuration of a new channel whose peer must be the
