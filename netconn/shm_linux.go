@@ -26,7 +26,7 @@ const shmMaxQPs = 1 << 15
 // the connections that use it counted.
 type shmChannel struct {
 	dev      *shm.Device
-	sd       *sharedDevice  // what its connections hold; releasing it drops a reference
+	sd       *sharedDevice // what its connections hold; releasing it drops a reference
 	refs     int
 	listener bool           // this side took the offer
 	remote   netip.AddrPort // on the dialer's side: the listener's TCP address
@@ -41,7 +41,10 @@ var shmChannels = struct {
 	sync.Mutex
 	byID       map[uint64]*shmChannel
 	toListener map[netip.AddrPort]*shmChannel
-}{byID: map[uint64]*shmChannel{}, toListener: map[netip.AddrPort]*shmChannel{}}
+	// opening: a dialer is setting a channel to the listener up; other
+	// dialers to it wait for that one rather than set up their own.
+	opening map[netip.AddrPort]chan struct{}
+}{byID: map[uint64]*shmChannel{}, toListener: map[netip.AddrPort]*shmChannel{}, opening: map[netip.AddrPort]chan struct{}{}}
 
 // addShmChannel registers a new channel with one reference.
 func addShmChannel(dev *shm.Device, remote netip.AddrPort, listener bool) *shmChannel {
@@ -198,21 +201,60 @@ func (shmOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline 
 		return nil, err
 	}
 	h.Capabilities |= fallback.CapShm
-	shmChannels.Lock()
-	c := shmChannels.toListener[peer.Remote].refLocked()
-	shmChannels.Unlock()
+	c, opener := reuseShmChannel(peer.Remote, deadline)
 	if c != nil {
 		h.ShmChannel = c.dev.ChannelID()
 		return &shmPending{peer: peer, ch: c}, nil
 	}
 	ln, err := listenShm(shmConfig(peer, deadline))
 	if err != nil {
+		if opener {
+			doneOpening(peer.Remote)
+		}
 		return nil, err
 	}
-	p := &shmPending{peer: peer, remote: peer.Remote, ln: ln, done: make(chan struct{})}
+	p := &shmPending{peer: peer, remote: peer.Remote, ln: ln, done: make(chan struct{}), opener: opener}
 	go p.acceptOne()
 	h.ShmSocket = ln.Name()
 	return p, nil
+}
+
+// reuseShmChannel returns the channel to the listener at remote, with a
+// reference, waiting until deadline for one that another dialer is
+// setting up; or nil, and whether the caller is now the one setting it
+// up (it calls doneOpening when it has or failed).
+func reuseShmChannel(remote netip.AddrPort, deadline time.Time) (c *shmChannel, opener bool) {
+	for {
+		shmChannels.Lock()
+		if c := shmChannels.toListener[remote].refLocked(); c != nil {
+			shmChannels.Unlock()
+			return c, false
+		}
+		wait, busy := shmChannels.opening[remote]
+		if !busy {
+			shmChannels.opening[remote] = make(chan struct{})
+			shmChannels.Unlock()
+			return nil, true
+		}
+		shmChannels.Unlock()
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-wait:
+			t.Stop()
+		case <-t.C:
+			return nil, false // set one up of its own
+		}
+	}
+}
+
+// doneOpening ends a dialer's setting up of a channel to remote.
+func doneOpening(remote netip.AddrPort) {
+	shmChannels.Lock()
+	if ch, ok := shmChannels.opening[remote]; ok {
+		delete(shmChannels.opening, remote)
+		close(ch)
+	}
+	shmChannels.Unlock()
 }
 
 // listenShm listens for a new channel; tests replace it to make it fail.
@@ -256,6 +298,7 @@ type shmPending struct {
 	done   chan struct{} // closed when acceptOne ended
 	dev    *shm.Device   // the accepted channel, until taken
 	err    error         // why none was accepted
+	opener bool          // other dialers to remote wait for this one
 }
 
 // acceptOne accepts the first channel from the TCP peer's process; other
@@ -297,6 +340,10 @@ func (p *shmPending) accept(deadline time.Time, local netip.Addr, stream rsock.C
 			return nil, nil, p.err
 		}
 		p.ch, p.dev = addShmChannel(p.dev, p.remote, false), nil
+		if p.opener {
+			p.opener = false
+			doneOpening(p.remote)
+		}
 	} else if err := checkChannelPeer(p.peer, p.ch); err != nil {
 		return nil, nil, err // close releases the channel
 	}
@@ -318,5 +365,9 @@ func (p *shmPending) close() {
 	if p.ch != nil {
 		p.ch.release()
 		p.ch = nil
+	}
+	if p.opener {
+		p.opener = false
+		doneOpening(p.remote)
 	}
 }
