@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -49,6 +50,7 @@ func TestShmOneChannel(t *testing.T) {
 		}
 	}()
 	var first [3]int
+	var goroutines int
 	for i := range 8 {
 		c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
 		conns = append(conns, c, s)
@@ -57,6 +59,7 @@ func TestShmOneChannel(t *testing.T) {
 		}
 		ch, w, a := countShm(t)
 		if i == 0 {
+			goroutines = runtime.NumGoroutine()
 			first = [3]int{ch, w, a}
 			if ch != 2 || w != 2 || a == 0 {
 				t.Fatalf("after the first connection: %d channel ends, %d watchers, %d arena mappings", ch, w, a)
@@ -64,6 +67,9 @@ func TestShmOneChannel(t *testing.T) {
 		} else if [3]int{ch, w, a} != first {
 			t.Fatalf("connection %d: %d channel ends, %d watchers, %d arena mappings; after the first: %v", i, ch, w, a, first)
 		}
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+2 {
+		t.Errorf("%d goroutines after 8 connections, %d after the first: a goroutine per connection", g, goroutines)
 	}
 	for i := 0; i < len(conns); i += 2 {
 		echoCheck(t, conns[i], conns[i+1], 64<<10)
