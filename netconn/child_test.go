@@ -30,6 +30,10 @@ func runChild() {
 		runMemifAttacker()
 		return
 	}
+	if addr, ok := strings.CutPrefix(os.Getenv(childEnv), "idle:"); ok {
+		runIdleDialer(addr)
+		return
+	}
 	var c net.Conn
 	var err error
 	if os.Getenv(childEnv) == "listen" {

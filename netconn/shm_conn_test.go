@@ -3,14 +3,23 @@
 package netconn
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rsock-go/rsock/fallback"
+	"github.com/rsock-go/rsock/internal/proccpu"
 	"github.com/rsock-go/rsock/verbs/shm"
 )
 
@@ -142,5 +151,128 @@ func TestShmOfferHostile(t *testing.T) {
 				t.Fatalf("listener: %q (%q)", transport(s), s.(*Conn).FallbackReason())
 			}
 		})
+	}
+}
+
+// idleConns is how many connections TestIdleShmConns holds.
+const idleConns = 100
+
+// runIdleDialer is the child of TestIdleShmConns: it dials idleConns
+// connections to addr, echoes 4 KiB on each, says "ready", and then
+// waits on all of them (a goroutine blocked in each Read) until stdin
+// closes.
+func runIdleDialer(addr string) {
+	conns := make([]net.Conn, idleConns)
+	buf := make([]byte, 4096)
+	for i := range conns {
+		c, err := (&Dialer{Stream: streamSmall}).DialContext(context.Background(), "tcp", addr)
+		if err != nil {
+			fmt.Println("child:", err)
+			os.Exit(1)
+		}
+		if tr := c.(*Conn).Transport(); tr != trShm {
+			fmt.Println("child: transport", tr, c.(*Conn).FallbackReason())
+			os.Exit(1)
+		}
+		if _, err := c.Write(buf); err != nil {
+			os.Exit(1)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			os.Exit(1)
+		}
+		conns[i] = c
+		go c.Read(make([]byte, 1))
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// cpuOf returns the CPU time process pid has used (the sum over its
+// threads of /proc/PID/task/TID/schedstat, in nanoseconds).
+func cpuOf(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	var total time.Duration
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that ended
+		}
+		var ns int64
+		fmt.Sscan(string(b), &ns)
+		total += time.Duration(ns)
+	}
+	return total
+}
+
+// TestIdleShmConns: 100 idle shm connections between two processes
+// (each end's reader asleep in Read) cost both processes together less
+// than 0.5% of a core: nothing polls, no timer fires.
+func TestIdleShmConns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes four seconds")
+	}
+	ln := listen(t, ListenConfig{Stream: streamSmall})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=idle:"+ln.Addr().String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		wg.Wait()
+	}()
+	for range idleConns {
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, s)
+		if transport(s) != trShm {
+			t.Fatalf("accepted a connection on %q (%q)", transport(s), s.(*Conn).FallbackReason())
+		}
+		wg.Go(func() {
+			buf := make([]byte, 4096)
+			if _, err := io.ReadFull(s, buf); err == nil {
+				s.Write(buf)
+				s.Read(buf[:1]) // idle until closed
+			}
+		})
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		t.Fatalf("child: %q", line)
+	}
+	time.Sleep(200 * time.Millisecond)
+	least := 1.0
+	var shares []float64
+	for range 3 {
+		p0, c0, t0 := proccpu.Total(), cpuOf(t, cmd.Process.Pid), time.Now()
+		time.Sleep(time.Second)
+		used := proccpu.Total() - p0 + cpuOf(t, cmd.Process.Pid) - c0
+		share := used.Seconds() / time.Since(t0).Seconds()
+		shares = append(shares, share)
+		least = min(least, share)
+	}
+	t.Logf("%d idle shm connections, both processes: %.5f of a core in each window", idleConns, shares)
+	if least >= 0.005 {
+		t.Fatalf("%d idle shm connections used %.2f%% of a core", idleConns, 100*least)
 	}
 }
