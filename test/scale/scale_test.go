@@ -52,7 +52,7 @@ func TestScale(t *testing.T) {
 	if raceEnabled && n > raceMaxConns {
 		t.Skipf("-scale.conns=%d: under -race a process may hold at most %d connections (the race detector's limit of 8128 goroutines); run without -race", n, raceMaxConns)
 	}
-	nofile, err := raiseNoFile()
+	nofile, err := raiseNoFile(uint64(4*n + 1024))
 	if err != nil {
 		t.Fatal(err)
 	}
