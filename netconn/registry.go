@@ -44,7 +44,7 @@ type linkEntry struct {
 	// name is the link's name: RSOCK_LINK's value, Hello.Link and the last
 	// part of Transport ("roce" for rdma-core: the device's own port).
 	name string
-	// provider runs the link: softroce or rdmacore.
+	// provider runs the link: shm, softroce or rdmacore.
 	provider string
 	scope    linkScope
 	// roce: RoCEv2 in IP/UDP to port 4791, reaching every other roce link
@@ -88,10 +88,11 @@ type pathMTUer interface {
 	pathMTU(local, remote netip.Addr) (int, error)
 }
 
-// offerer sets up a scopeHost link per connection: the dialer offers it
+// offerer sets up a scopeHost link for a connection: the dialer offers it
 // in its Hello (offer), the listener connects to the offer and makes its
 // endpoint (connect), and the dialer takes the link the listener
-// connected (pendingOffer.accept). Each connection has its own device.
+// connected (pendingOffer.accept). A memif connection has its own device;
+// shm connections share their processes' channel.
 type offerer interface {
 	// validOffer reports whether h carries a well-formed offer of the
 	// link: names the plan accepts, before anything is connected.
