@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		// should it fire while goleak looks.
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
+		// The same for the shm channel between the two ends: its watcher
+		// and the timer that closes it.
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/shm.(*Device).watch"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.(*shmChannel).release.func1"),
 	)
 }
 

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 var lingerIgnores = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
 	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
+	// The same for an shm channel: its watcher and the timer that closes it.
+	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/shm.(*Device).watch"),
+	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.(*shmChannel).release.func1"),
 }
 
 // recorder keeps what the server saw: the transport of every request's
