@@ -41,6 +41,7 @@
 //	..      extensions, in capability bit order, each present only when
 //	        its bit is set; bytes after the known ones are skipped:
 //	        CapMemif: 1+s MemifSocket, then 1+t MemifSecret
+//	        CapShm: 1+u ShmSocket, then 8 ShmChannel
 //
 // A Reply body (version 1):
 //
@@ -83,6 +84,12 @@ const (
 	// sides must send it (and CapSelectiveRepeat) for the connection to
 	// use it.
 	CapCongestionControl uint32 = 1 << 3
+	// CapShm means the sender, on the same host as its peer, offers a
+	// verbs/shm channel: a fresh one on the abstract socket ShmSocket, or
+	// the live channel ShmChannel between the two processes; the peer
+	// answers with a Hello whose Provider and Link are "shm" when it took
+	// it.
+	CapShm uint32 = 1 << 4
 )
 
 // Limits of the wire format.
@@ -107,6 +114,9 @@ const (
 	// MaxMemifSecretLen bounds Hello.MemifSecret (memif's INIT carries 24
 	// bytes, NUL-terminated).
 	MaxMemifSecretLen = 23
+	// MaxShmSocketLen bounds Hello.ShmSocket (an abstract socket name,
+	// without the leading '@').
+	MaxShmSocketLen = 64
 )
 
 const (
@@ -206,6 +216,11 @@ type Hello struct {
 	// 1..MaxMemifSecretLen bytes.
 	MemifSocket string
 	MemifSecret string
+	// With CapShm: the abstract socket name (printable ASCII, at most
+	// MaxShmSocketLen bytes) of a new channel to dial, or the ID of a live
+	// channel to reuse (non-zero); exactly one of the two is set.
+	ShmSocket  string
+	ShmChannel uint64
 }
 
 func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
@@ -283,6 +298,20 @@ func (h *Hello) Validate() error {
 	} else if h.MemifSocket != "" || h.MemifSecret != "" {
 		return fieldErr("MemifSocket", "set without CapMemif")
 	}
+	if h.Capabilities&CapShm != 0 {
+		switch {
+		case h.ShmSocket == "" && h.ShmChannel == 0:
+			return fieldErr("ShmSocket", "neither a socket nor a channel with CapShm")
+		case h.ShmSocket != "" && h.ShmChannel != 0:
+			return fieldErr("ShmSocket", "both a socket and a channel")
+		case h.ShmSocket != "":
+			if err := checkPrintable("ShmSocket", h.ShmSocket, MaxShmSocketLen); err != nil {
+				return err
+			}
+		}
+	} else if h.ShmSocket != "" || h.ShmChannel != 0 {
+		return fieldErr("ShmSocket", "set without CapShm")
+	}
 	return nil
 }
 
@@ -321,6 +350,10 @@ func appendHelloBody(b []byte, h *Hello) []byte {
 	if h.Capabilities&CapMemif != 0 {
 		b = appendString(b, h.MemifSocket)
 		b = appendString(b, h.MemifSecret)
+	}
+	if h.Capabilities&CapShm != 0 {
+		b = appendString(b, h.ShmSocket)
+		b = be.AppendUint64(b, h.ShmChannel)
 	}
 	return b
 }
@@ -430,9 +463,18 @@ func parseHelloBody(version uint16, p []byte) (*Hello, error) {
 		if h.MemifSocket, rest, err = takeString(rest, "MemifSocket", MaxMemifSocketLen); err != nil {
 			return nil, err
 		}
-		if h.MemifSecret, _, err = takeString(rest, "MemifSecret", MaxMemifSecretLen); err != nil {
+		if h.MemifSecret, rest, err = takeString(rest, "MemifSecret", MaxMemifSecretLen); err != nil {
 			return nil, err
 		}
+	}
+	if h.Capabilities&CapShm != 0 {
+		if h.ShmSocket, rest, err = takeString(rest, "ShmSocket", MaxShmSocketLen); err != nil {
+			return nil, err
+		}
+		if len(rest) < 8 {
+			return nil, errorf(ErrMalformed, "hello body ends inside ShmChannel")
+		}
+		h.ShmChannel = be.Uint64(rest)
 	}
 	// Any remaining bytes are extensions this version does not know.
 	if err := h.Validate(); err != nil {

@@ -45,13 +45,21 @@ func extremeHellos() map[string]*Hello {
 	hi.RecvDepth = MaxRecvDepth
 	hi.MemifSocket = strings.Repeat("@", MaxMemifSocketLen)
 	hi.MemifSecret = strings.Repeat("~", MaxMemifSecretLen)
+	hi.ShmSocket = strings.Repeat("s", MaxShmSocketLen)
 
 	memif := testHello()
 	memif.Capabilities |= CapMemif
 	memif.MemifSocket = "@rsock-0123456789abcdef"
 	memif.MemifSecret = "s"
 
-	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif}
+	shmDial := testHello()
+	shmDial.Capabilities |= CapShm
+	shmDial.ShmSocket = "rsock-shm-0123456789abcdef01234567"
+	shmReuse := testHello()
+	shmReuse.Capabilities |= CapShm
+	shmReuse.ShmChannel = math.MaxUint64
+
+	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif, "shm-dial": shmDial, "shm-reuse": shmReuse}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -118,6 +126,34 @@ func TestMemifExtensionTruncated(t *testing.T) {
 	h.MemifSocket, h.MemifSecret = "@sock", "secret"
 	full := AppendHello(nil, h)
 	for cut := len(full) - 1; cut > len(full)-len("@sock")-len("secret")-2; cut-- {
+		b := append([]byte(nil), full[:cut]...)
+		binary.BigEndian.PutUint16(b[6:], uint16(len(b)-headerSize))
+		if _, err := ReadHello(bytes.NewReader(b)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("cut at %d: err %v, want ErrMalformed", cut, err)
+		}
+	}
+}
+
+// TestShmWithoutCap: shm fields are only carried under CapShm.
+func TestShmWithoutCap(t *testing.T) {
+	for _, mutate := range []func(*Hello){func(h *Hello) { h.ShmChannel = 7 }, func(h *Hello) { h.ShmSocket = "s" }} {
+		h := testHello()
+		mutate(h)
+		var fe *FieldError
+		if err := h.Validate(); !errors.As(err, &fe) || fe.Field != "ShmSocket" {
+			t.Fatalf("Validate = %v, want a ShmSocket field error", err)
+		}
+	}
+}
+
+// TestShmExtensionTruncated: a Hello that announces CapShm but ends
+// before its channel ID is malformed.
+func TestShmExtensionTruncated(t *testing.T) {
+	h := testHello()
+	h.Capabilities |= CapShm
+	h.ShmSocket = "sock"
+	full := AppendHello(nil, h)
+	for cut := len(full) - 1; cut > len(full)-8-len("sock")-2; cut-- {
 		b := append([]byte(nil), full[:cut]...)
 		binary.BigEndian.PutUint16(b[6:], uint16(len(b)-headerSize))
 		if _, err := ReadHello(bytes.NewReader(b)); !errors.Is(err, ErrMalformed) {
@@ -221,6 +257,13 @@ func TestHelloValidateFields(t *testing.T) {
 			h.MemifSocket, h.MemifSecret = "@m", strings.Repeat("s", MaxMemifSecretLen+1)
 		}},
 		{"MemifSecret", ErrMalformed, func(h *Hello) { h.Capabilities |= CapMemif; h.MemifSocket, h.MemifSecret = "@m", "a b" }},
+		{"ShmSocket", ErrMalformed, func(h *Hello) { h.Capabilities |= CapShm }},
+		{"ShmSocket", ErrMalformed, func(h *Hello) { h.Capabilities |= CapShm; h.ShmSocket, h.ShmChannel = "s", 1 }},
+		{"ShmSocket", ErrMalformed, func(h *Hello) {
+			h.Capabilities |= CapShm
+			h.ShmSocket = strings.Repeat("s", MaxShmSocketLen+1)
+		}},
+		{"ShmSocket", ErrMalformed, func(h *Hello) { h.Capabilities |= CapShm; h.ShmSocket = "a b" }},
 	}
 	for _, tc := range cases {
 		h := testHello()

@@ -30,6 +30,10 @@ func runChild() {
 		runMemifAttacker()
 		return
 	}
+	if addr, ok := strings.CutPrefix(os.Getenv(childEnv), "idle:"); ok {
+		runIdleDialer(addr)
+		return
+	}
 	var c net.Conn
 	var err error
 	if os.Getenv(childEnv) == "listen" {
@@ -110,8 +114,8 @@ func peerKilled(t *testing.T, childRole string) {
 	if _, err := s.Write(buf[:256<<10]); err != nil {
 		t.Fatal(err)
 	}
-	if loopbackTransport() == trMemif && len(memifResidue(t)) == 0 {
-		t.Fatal("memifResidue sees nothing of a live memif link: it cannot see what is left behind")
+	if len(linkResidue(t)) == 0 {
+		t.Fatal("linkResidue sees nothing of a live same-host link: it cannot see what is left behind")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -131,20 +135,87 @@ func peerKilled(t *testing.T, childRole string) {
 	for werr == nil && time.Since(killed) < 10*time.Second {
 		_, werr = s.Write(buf[:4096])
 	}
+	wrote := time.Since(killed)
+	// shm learns of the death from the channel's socket at once: within
+	// milliseconds (bounded loosely here, for a loaded machine).
+	quick := 5 * time.Second
+	if transport(s) == trShm {
+		quick = time.Second
+		if !errors.Is(werr, syscall.ECONNRESET) {
+			t.Errorf("write error %v does not wrap ECONNRESET", werr)
+		}
+	}
 	select {
 	case err := <-readErr:
-		t.Logf("read failed after %v: %v", time.Since(killed), err)
+		t.Logf("read failed after %v: %v; write after %v: %v", time.Since(killed), err, wrote, werr)
 		if !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("read error %v does not wrap ECONNRESET", err)
+		}
+		if time.Since(killed) > quick {
+			t.Errorf("read failed %v after the kill, want within %v", time.Since(killed), quick)
 		}
 	case <-time.After(5*time.Second - time.Since(killed)):
 		t.Fatal("read still blocked 5 s after the peer was killed")
 	}
-	if werr == nil || time.Since(killed) > 5*time.Second {
-		t.Fatalf("write: %v after %v", werr, time.Since(killed))
+	if werr == nil || wrote > quick {
+		t.Fatalf("write: %v after %v, want within %v", werr, wrote, quick)
 	}
 	s.Close()
-	if left := memifResidue(t); len(left) > 0 {
+	if left := linkResidue(t); len(left) > 0 {
 		t.Fatalf("left behind after the survivor closed: %q", left)
 	}
+}
+
+// TestPeerStopped: a peer process stopped with SIGSTOP mid-stream (alive,
+// its channel open, never reading): the survivor's read and write
+// deadlines still fire, with os.ErrDeadlineExceeded.
+func TestPeerStopped(t *testing.T) {
+	ln := listen(t, ListenConfig{})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+ln.Addr().String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != loopbackTransport() || transport(s) != loopbackTransport() {
+		t.Fatalf("transports: child %q, here %q", line, transport(s))
+	}
+	buf := make([]byte, 1<<20)
+	if _, err := io.ReadFull(s, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Drain what the child wrote before it stopped, then wait on nothing.
+	s.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var rerr error
+	for rerr == nil {
+		_, rerr = s.Read(buf)
+	}
+	if !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from a stopped peer: %v, want a deadline error", rerr)
+	}
+	// Fill what the stopped child does not read, until the deadline.
+	s.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+	start := time.Now()
+	var werr error
+	for werr == nil && time.Since(start) < 10*time.Second {
+		_, werr = s.Write(buf)
+	}
+	if !errors.Is(werr, os.ErrDeadlineExceeded) {
+		t.Fatalf("write to a stopped peer: %v after %v, want a deadline error", werr, time.Since(start))
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
 }

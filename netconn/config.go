@@ -20,8 +20,8 @@ const (
 // Link names: which link carries a connection's packets.
 const (
 	// LinkAuto picks, per connection, a link faster than TCP on its path
-	// (see ChoosePlan): memif on one host, an rdma-core device's port,
-	// else TCP; with provider softroce, udp between hosts.
+	// (see ChoosePlan): shm on one host (then memif), an rdma-core
+	// device's port, else TCP; with provider softroce, udp between hosts.
 	LinkAuto = "auto"
 	// LinkUDP uses a kernel UDP socket (soft-RoCE over the kernel's UDP):
 	// it reaches RNICs and rxe, and is slower than TCP.
@@ -75,9 +75,9 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 		provider = ProviderAuto
 	}
 	switch provider {
-	case ProviderAuto, ProviderSoftRoCE, ProviderRDMACore, ProviderTCP:
+	case ProviderAuto, ProviderShm, ProviderSoftRoCE, ProviderRDMACore, ProviderTCP:
 	default:
-		return settings{}, fmt.Errorf("netconn: unknown provider %q (want auto, softroce, rdmacore or tcp)", provider)
+		return settings{}, fmt.Errorf("netconn: unknown provider %q (want auto, shm, softroce, rdmacore or tcp)", provider)
 	}
 	if link == "" {
 		link = os.Getenv(EnvLink)

@@ -48,6 +48,10 @@ func newTCPConn(c net.Conn, why *FallbackError) *Conn {
 
 func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {
 	cn := &Conn{tcp: c, stream: s, dev: d, transport: d.transport(), liveDone: make(chan struct{})}
+	// Also over shm, whose channel fails every stream on it the moment
+	// the peer process dies: a live peer that gives a connection up
+	// (a listener whose handshake failed after the dialer confirmed)
+	// says so only by closing the control connection.
 	go cn.watchControl()
 	return register(cn)
 }

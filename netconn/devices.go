@@ -44,6 +44,9 @@ type sharedDevice struct {
 	// private: the device of one connection (a memif link), not in the
 	// registry, closed with its connection.
 	private bool
+	// release, when set, is what releaseDevice does instead: the
+	// connection's share of a device kept elsewhere (an shm channel).
+	release func()
 }
 
 var registry = struct {
@@ -185,6 +188,7 @@ func CloseIdleDevices() {
 	for _, d := range idle {
 		d.dev.Close()
 	}
+	closeIdleShmChannels()
 }
 
 // newDevice opens a soft-RoCE device for streams over l, with one
@@ -210,6 +214,10 @@ func shareDevice(key deviceKey, dev verbs.Device) *sharedDevice {
 // deviceLinger. A device is taken out of the registry under its lock and
 // closed outside it.
 func releaseDevice(d *sharedDevice) {
+	if d.release != nil {
+		d.release()
+		return
+	}
 	if d.private {
 		d.dev.Close()
 		memifConns.Add(-1)
@@ -254,6 +262,9 @@ func removeLocked(d *sharedDevice) {
 // transport names the path of a device, e.g. "rdma/softroce/udp", or
 // "rdma/rdmacore/<device>" for an rdma-core device.
 func (d *sharedDevice) transport() string {
+	if d.dev.Provider() == ProviderShm {
+		return "rdma/" + ProviderShm
+	}
 	if d.dev.Provider() == ProviderRDMACore {
 		return "rdma/" + ProviderRDMACore + "/" + d.dev.Name()
 	}

@@ -10,15 +10,16 @@
 //	lc := netconn.ListenConfig{}; lc.Listen(ctx, "tcp", ":8080")
 //
 // Every conn is a *Conn; Transport reports "rdma/<provider>/<link>" (for
-// example "rdma/softroce/memif") or "tcp", and FallbackReason (the text of
+// example "rdma/softroce/udp"), "rdma/shm" or "tcp", and FallbackReason (the text of
 // FallbackError, a *FallbackError with a Kind and a Side) says why a conn
 // that could have run on RDMA runs on TCP.
 //
 // What a connection runs on is decided by one pure function, ChoosePlan,
 // from the settings, the two addresses, what the host has (an rdma-core
 // device, a free memif slot) and the peer's Hello. By default (auto) it
-// never runs slower than TCP: on one host, memif (shared-memory rings
-// between the two processes); between hosts, an rdma-core device with a
+// never runs slower than TCP: on one host, shm (verbs/shm: queue pairs in
+// memory the two processes share, one channel per pair of processes),
+// else memif; between hosts, an rdma-core device with a
 // RoCEv2 GID for the local address at both ends; else TCP, with the
 // reason FallbackNoFastPath. Soft-RoCE over the kernel's UDP is slower
 // than TCP and runs only when a setting names it (RSOCK_LINK=udp, or
@@ -28,13 +29,14 @@
 // How a connection is made: the dialer plans before it acquires any
 // device. On TCP it sends nothing of its own. Otherwise it connects over
 // TCP and sends a versioned preface and a Hello with its queue pair and
-// receive ring, or (on one host) its memif offer (package fallback). The
+// receive ring, or (on one host) its shm or memif offer (package fallback). The
 // listener sniffs every accepted connection: a plain TCP client (curl, a
 // plain net.Dial) is served as plain TCP with the sniffed bytes replayed;
 // an rsock dialer is answered Accept, with the listener's parameters, or
 // Decline, which names only the kind of the reason. After the handshake
 // the TCP connection stays open as the liveness channel: when the peer
-// process dies its kernel closes the socket and the stream fails at once.
+// process dies its kernel closes the socket and the stream fails at once
+// (over shm the channel's own socket does that, for all its streams).
 // Data goes over RDMA. A dialer that reaches a plain TCP server reconnects
 // plainly and remembers that address for a while. A Decline, a provider
 // that cannot start, or a failed queue pair setup leaves both sides on the
@@ -43,18 +45,22 @@
 // What a Hello says is checked against what TCP established: a RoCE
 // peer's GID must be the address the TCP connection reached (both ways,
 // IPv4-mapped or not), so that no peer can aim a connection's RDMA traffic
-// at a third host; and memif is offered to, and taken from, only a peer on
-// this host, and only as a socket this package makes.
+// at a third host; and shm and memif are offered to, and taken from, only
+// a peer on this host, only as a socket this package makes (or an shm
+// channel to the same process), checked with SO_PEERCRED against the
+// process that holds the TCP peer's socket.
 //
 // Knobs, in the config structs and the environment (the struct wins):
 //
-//	RSOCK_PROVIDER  auto (default) | softroce | rdmacore | tcp
-//	                auto: rdmacore where it has a device, soft-RoCE on
-//	                memif on one host, else TCP; softroce: soft-RoCE
-//	                always (memif on one host, else udp); tcp turns RDMA
-//	                off.
-//	RSOCK_LINK      auto (default) | udp | memif | dpdk: the link.
-//	                auto picks per connection as above; udp runs
+//	RSOCK_PROVIDER  auto (default) | shm | softroce | rdmacore | tcp
+//	                auto: shm on one host (then memif), rdmacore where
+//	                it has a device, else TCP; shm: shm only (on one
+//	                host, else TCP); softroce: soft-RoCE always (memif on
+//	                one host, else udp); tcp turns RDMA off.
+//	RSOCK_LINK      auto (default) | shm | memif | udp | dpdk: the link.
+//	                auto picks per connection as above; shm demands a
+//	                peer process on this host and falls back to TCP
+//	                without it; udp runs
 //	                soft-RoCE over a kernel UDP socket (it reaches RNICs
 //	                and rxe); memif demands shared memory on one host and
 //	                falls back to TCP without it; dpdk runs soft-RoCE on

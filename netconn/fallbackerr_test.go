@@ -39,6 +39,7 @@ func TestFallbackErrorTyped(t *testing.T) {
 // not on the udp link (slower than TCP on one host), sends no preface,
 // and says why; the snapshot counts kind no_fast_path.
 func TestAutoSameHostWithoutMemif(t *testing.T) {
+	noShm(t)
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	maxMemifConns = memifConns.Load()
 	before := Snapshot().Fallbacks[FallbackNoFastPath]

@@ -33,14 +33,21 @@ func TestLinkSelection(t *testing.T) {
 		want               string // transport of both ends
 		dialWhy, listenWhy string // substrings of the reasons; "" means empty
 	}{
-		{LinkAuto, LinkAuto, trMemif, "", ""},
+		{LinkAuto, LinkAuto, trShm, "", ""},
+		{LinkShm, LinkShm, trShm, "", ""},
+		{LinkShm, LinkAuto, trShm, "", ""},
+		{LinkAuto, LinkShm, trShm, "", ""},
 		{LinkMemif, LinkMemif, trMemif, "", ""},
 		{LinkMemif, LinkAuto, trMemif, "", ""},
-		{LinkAuto, LinkMemif, trMemif, "", ""},
+		// A setting that names a link keeps it: auto offers shm.
+		{LinkAuto, LinkMemif, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run shm"},
+		{LinkShm, LinkMemif, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run shm"},
+		{LinkMemif, LinkShm, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run memif"},
 		{LinkUDP, LinkAuto, trUDP, "", ""}, // the listener answers the link the dialer names
-		// A memif offer is the dialer's only endpoint: a listener that does
-		// not take it declines, and the dialer hears only the kind.
-		{LinkAuto, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run memif"},
+		// A same-host offer is the dialer's only endpoint: a listener that
+		// does not take it declines, and the dialer hears only the kind.
+		{LinkAuto, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run shm"},
+		{LinkShm, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run shm"},
 		{LinkUDP, LinkUDP, trUDP, "", ""},
 		{LinkMemif, LinkUDP, "tcp", "declined by the listener: " + FallbackSetup + ":", "does not run memif"},
 		{LinkUDP, LinkMemif, "tcp", "declined by the listener: " + FallbackSetup + ":", "memif only"},
@@ -65,6 +72,7 @@ func TestLinkSelection(t *testing.T) {
 // memifRingSize on both ends, one over udp rsock's default, and a
 // configured size holds over memif too.
 func TestMemifRingSize(t *testing.T) {
+	noShm(t)
 	for _, tc := range []struct {
 		link   string
 		config int
@@ -91,6 +99,7 @@ func TestMemifRingSize(t *testing.T) {
 // the pair runs over TCP (auto does not fall to udp, slower than TCP on
 // one host); the listener says why, and the dialer hears only the kind.
 func TestMemifSetupFails(t *testing.T) {
+	noShm(t)
 	failure := errors.New("memif: injected failure")
 	defer func(d func(string, string, memif.Config) (*memif.Link, error)) { dialMemif = d }(dialMemif)
 	dialMemif = func(string, string, memif.Config) (*memif.Link, error) { return nil, failure }
@@ -248,6 +257,7 @@ func copyForNobody(t *testing.T) string {
 // Then the listener connects and both ends are on memif. The old offer
 // took the first client with the secret and gave up after 8 wrong ones.
 func TestMemifOfferHostile(t *testing.T) {
+	noShm(t)
 	var attacked []string
 	defer func(d func(string, string, memif.Config) (*memif.Link, error)) { dialMemif = d }(dialMemif)
 	dialMemif = func(socket, secret string, cfg memif.Config) (*memif.Link, error) {
@@ -483,6 +493,7 @@ func TestIdleMemifConn(t *testing.T) {
 // process, further same-host connections use TCP (auto: udp is slower)
 // and say why; closing one makes room again.
 func TestMemifConnsBounded(t *testing.T) {
+	noShm(t)
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	maxMemifConns = memifConns.Load() + 2 // a pair's two ends
 	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
@@ -512,6 +523,7 @@ func TestMemifConnsBounded(t *testing.T) {
 // offer, not when the device opens, a handshake later), the others run
 // on TCP, and closing them all gives every slot back.
 func TestMemifConnsBoundedConcurrent(t *testing.T) {
+	noShm(t)
 	defer func(n int64) { maxMemifConns = n }(maxMemifConns)
 	start := memifConns.Load()
 	maxMemifConns = start + 4 // two pairs' ends

@@ -73,15 +73,37 @@ func loopbackTransport() string {
 	if os.Getenv(EnvLink) == LinkUDP {
 		return "rdma/softroce/udp"
 	}
-	return "rdma/softroce/memif"
+	if os.Getenv(EnvLink) == LinkMemif {
+		return "rdma/softroce/memif"
+	}
+	return "rdma/shm"
 }
 
+// TestNetConnRDMA: x/net's conformance suite over soft-RoCE (memif on
+// one host, or udp when RSOCK_LINK says so).
 func TestNetConnRDMA(t *testing.T) {
+	want := trMemif
+	if os.Getenv(EnvLink) == LinkUDP {
+		want = trUDP
+	}
 	ln := listen(t, ListenConfig{Provider: ProviderSoftRoCE})
 	nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
 		c, s := connPair(t, ln, &Dialer{Provider: ProviderSoftRoCE})
-		if transport(c) != loopbackTransport() || transport(s) != loopbackTransport() {
-			return nil, nil, nil, fmt.Errorf("transports %q, %q, want %q", transport(c), transport(s), loopbackTransport())
+		if transport(c) != want || transport(s) != want {
+			return nil, nil, nil, fmt.Errorf("transports %q, %q, want %q", transport(c), transport(s), want)
+		}
+		return c, s, func() { c.Close(); s.Close() }, nil
+	})
+}
+
+// TestNetConnShm: x/net's conformance suite over shm, what auto runs on
+// one host.
+func TestNetConnShm(t *testing.T) {
+	ln := listen(t, ListenConfig{Link: LinkAuto})
+	nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) {
+		c, s := connPair(t, ln, &Dialer{Link: LinkAuto})
+		if transport(c) != trShm || transport(s) != trShm {
+			return nil, nil, nil, fmt.Errorf("transports %q (%q), %q, want %q", transport(c), c.(*Conn).FallbackReason(), transport(s), trShm)
 		}
 		return c, s, func() { c.Close(); s.Close() }, nil
 	})

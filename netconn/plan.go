@@ -15,7 +15,7 @@ import (
 // symmetric steps:
 //
 //  1. The dialer plans before it acquires any device or sends anything
-//     (Peer nil): a same-host link to offer (memif), a RoCE link (rdma-core,
+//     (Peer nil): a same-host link to offer (shm, memif), a RoCE link (rdma-core,
 //     dpdk, udp) and its device, or TCP with a reason.
 //  2. The listener plans from the dialer's Hello: it takes the offer, or
 //     answers the RoCE endpoint from a link of its own, or declines with
@@ -25,7 +25,7 @@ import (
 //
 // The rules:
 //   - auto (provider and link) never runs slower than TCP: on one host the
-//     fastest same-host link (memif), else an rdma-core device; between
+//     fastest same-host link (shm, then memif), else an rdma-core device; between
 //     hosts an rdma-core device with a RoCEv2 GID for the local IP, else
 //     TCP (FallbackNoFastPath). Soft-RoCE over the kernel's UDP is slower
 //     than TCP, so it runs only when a setting names it: RSOCK_LINK=udp,
@@ -36,7 +36,8 @@ import (
 //     device) with its fastest RoCE link: rdma-core, a named dpdk, udp.
 //   - A same-host link is offered only to, and taken only from, a peer on
 //     this host (loopback or the same IP), and only as an offer this
-//     package makes (an abstract socket named @rsock-memif-...).
+//     package makes (an abstract socket named @rsock-memif-... or
+//     rsock-shm-..., or the ID of a live shm channel to the same process).
 //   - A RoCE (or memif wire) peer's GID must be the address the TCP connection reached
 //     (after unmapping IPv4-mapped addresses), both ways; the RoCE
 //     traffic of a connection goes nowhere else (FallbackPeerAddress).
@@ -84,13 +85,14 @@ type HostFacts struct {
 
 // Plan is what a connection runs on.
 type Plan struct {
-	// Provider is softroce or rdmacore.
+	// Provider is shm, softroce or rdmacore.
 	Provider string
-	// Link is the link: memif, udp, dpdk, a registered one, or "roce" for
+	// Link is the link: shm, memif, udp, dpdk, a registered one, or "roce" for
 	// an rdma-core device's own port.
 	Link string
 	// Offer: a same-host link that the dialer offers in its Hello and the
-	// listener connects to; each connection has its own device.
+	// listener connects to (shm: a channel the two processes share; memif:
+	// a device of the connection's own).
 	Offer bool
 	// Wire is the external memif wire of a Link memif without Offer.
 	Wire string

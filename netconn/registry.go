@@ -24,11 +24,10 @@ import (
 //
 //	deviceOpener  opens a device that the connections of one IP share (udp, dpdk, rdma-core)
 //	pathMTUer     caps a connection's path MTU to its route's (udp: the kernel's route)
-//	offerer       sets a connection's private link up through an offer in the Hello (memif)
+//	offerer       sets a connection's link up through an offer in the Hello (shm, memif)
 //
-// A same-host provider joins with one entry at the top of linkTable (for
-// example {name: "shm", provider: "shm", scope: scopeHost, fast: true,
-// offerCap: fallback.CapShm, ops: shmOps{}}) and the ops that open it.
+// A same-host provider joins with one entry at the top of linkTable, as
+// shm does, and the ops (an offerer) that set it up.
 
 // linkScope says where a link reaches.
 type linkScope uint8
@@ -45,7 +44,7 @@ type linkEntry struct {
 	// name is the link's name: RSOCK_LINK's value, Hello.Link and the last
 	// part of Transport ("roce" for rdma-core: the device's own port).
 	name string
-	// provider runs the link: softroce or rdmacore.
+	// provider runs the link: shm, softroce or rdmacore.
 	provider string
 	scope    linkScope
 	// roce: RoCEv2 in IP/UDP to port 4791, reaching every other roce link
@@ -65,6 +64,7 @@ type linkEntry struct {
 
 // linkTable lists the built-in links, most preferred first.
 var linkTable = []linkEntry{
+	{name: LinkShm, provider: ProviderShm, scope: scopeHost, fast: true, offerCap: fallback.CapShm, ops: shmOps{}},
 	{name: LinkMemif, provider: ProviderSoftRoCE, scope: scopeHost, fast: true, offerCap: fallback.CapMemif, ops: memifOps{}},
 	{name: rdmacoreLink, provider: ProviderRDMACore, scope: scopeNetwork, roce: true, fast: true, ops: rdmacoreOps{}},
 	{name: LinkDPDK, provider: ProviderSoftRoCE, scope: scopeNetwork, roce: true, fast: true, byName: true, ops: registeredOps{}},
@@ -88,10 +88,11 @@ type pathMTUer interface {
 	pathMTU(local, remote netip.Addr) (int, error)
 }
 
-// offerer sets up a scopeHost link per connection: the dialer offers it
+// offerer sets up a scopeHost link for a connection: the dialer offers it
 // in its Hello (offer), the listener connects to the offer and makes its
 // endpoint (connect), and the dialer takes the link the listener
-// connected (pendingOffer.accept). Each connection has its own device.
+// connected (pendingOffer.accept). A memif connection has its own device;
+// shm connections share their processes' channel.
 type offerer interface {
 	// validOffer reports whether h carries a well-formed offer of the
 	// link: names the plan accepts, before anything is connected.
@@ -175,7 +176,7 @@ func checkLink(name string) error {
 	if name == LinkAuto {
 		return nil
 	}
-	if e, ok := lookupLink(name); ok && e.provider == ProviderSoftRoCE {
+	if e, ok := lookupLink(name); ok && (e.provider == ProviderSoftRoCE || e.provider == ProviderShm) {
 		if _, reg := e.ops.(registeredOps); !reg {
 			return nil
 		}
@@ -186,7 +187,7 @@ func checkLink(name string) error {
 	if name == LinkDPDK {
 		return errors.New("netconn: the dpdk link is not in this binary: build it with -tags dpdk and import github.com/rsock-go/rsock/verbs/softroce/link/dpdk")
 	}
-	return fmt.Errorf("netconn: unknown link %q (want auto, udp, memif or a registered link)", name)
+	return fmt.Errorf("netconn: unknown link %q (want auto, shm, memif, udp or a registered link)", name)
 }
 
 // registered reports whether name is a registered link rather than a

@@ -102,13 +102,15 @@ func noteEstablished(c *Conn, side string) {
 // the cheap per-conn call.
 func Snapshot() State {
 	// Devices of the registry (also idle ones waiting to close), then the
-	// conns, whose private (memif) devices are not in the registry.
+	// conns, whose private (memif) devices are not in the registry. The
+	// shm channels are devices too.
 	registry.Lock()
 	var devs []*sharedDevice
 	for _, ds := range registry.devs {
 		devs = append(devs, ds...)
 	}
 	registry.Unlock()
+	devs = append(devs, shmDevices()...)
 	conns.Lock()
 	cs := make([]*Conn, 0, len(conns.m))
 	for c := range conns.m {

@@ -11,6 +11,7 @@ import (
 
 const (
 	trMemif = "rdma/softroce/memif"
+	trShm   = "rdma/shm"
 	trUDP   = "rdma/softroce/udp"
 )
 
@@ -41,9 +42,10 @@ func TestSameHost(t *testing.T) {
 	}
 }
 
-// memifResidue lists what memif left in this process: mappings and file
-// descriptors of memif regions, and bound abstract memif sockets.
-func memifResidue(t *testing.T) []string {
+// linkResidue lists what the same-host links left in this process:
+// mappings and file descriptors of memif regions and shm arenas, bound
+// abstract memif and shm sockets, shm channels and their goroutines.
+func linkResidue(t *testing.T) []string {
 	t.Helper()
 	var left []string
 	maps, err := os.ReadFile("/proc/self/maps")
@@ -51,7 +53,7 @@ func memifResidue(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(maps), "\n") {
-		if strings.Contains(line, "memif_region") {
+		if strings.Contains(line, "memif_region") || strings.Contains(line, "rsock-shm") {
 			left = append(left, "mapping "+line)
 		}
 	}
@@ -62,7 +64,7 @@ func memifResidue(t *testing.T) []string {
 		if err != nil {
 			continue
 		}
-		if strings.Contains(target, "memif_region") {
+		if strings.Contains(target, "memif_region") || strings.Contains(target, "rsock-shm") {
 			left = append(left, "fd "+target)
 		}
 		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
@@ -75,9 +77,10 @@ func memifResidue(t *testing.T) []string {
 	}
 	for _, line := range strings.Split(string(unix), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 8 && sockets[f[6]] && strings.HasPrefix(f[7], "@rsock-memif-") {
+		if len(f) >= 8 && sockets[f[6]] && (strings.HasPrefix(f[7], "@rsock-memif-") || strings.HasPrefix(f[7], "@rsock-shm-")) {
 			left = append(left, "socket "+f[7])
 		}
 	}
+	shmChannelsLeft(&left)
 	return left
 }

@@ -45,7 +45,7 @@ Transports:
   tcp                  plain TCP (package net)
   rsock                netconn with the library's defaults (RSOCK_PROVIDER and
                        RSOCK_LINK apply, as in any program)
-  rsock:LINK           netconn with this link (udp, memif, ...)
+  rsock:LINK           netconn with this link (shm, memif, udp, ...)
   rsock:PROVIDER/LINK  netconn with this provider and link (rsock:PROVIDER/: provider only)
   unix                 the kernel's Unix sockets, for scale (one host only)
 

@@ -32,7 +32,7 @@ message size and connection count it measures one transport and then the
 other (their order alternates), and prints a table per mode with the ratio
 rsock/TCP. The rsock side runs with the library's settings: -provider and
 -link, else RSOCK_PROVIDER and RSOCK_LINK, else auto (which never runs slower
-than TCP: memif on one host, an rdma-core device between hosts, else TCP).
+than TCP: shm on one host, an rdma-core device between hosts, else TCP).
 It prints what the rsock connections ran on, and why.
 
   stream    the client writes -sizes-byte messages for -duration on each of
@@ -121,7 +121,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 		fs.StringVar(&f.host, "host", "127.0.0.1", "local IP both processes use (the server listens on it, port 0): an address\nwith a RoCEv2 GID lets -provider rdmacore run on the device that has it")
 	}
 	fs.StringVar(&f.provider, "provider", "", "netconn provider of the rsock side, in both processes: auto, softroce, rdmacore (built with -tags rdmacore)\nor tcp (default: $"+netconn.EnvProvider+", else auto)")
-	fs.StringVar(&f.link, "link", "", "netconn link of the rsock side, in both processes: auto (memif on one host, an rdma-core\ndevice's port, else TCP), udp, memif, or dpdk (built with -tags dpdk) (default: $"+netconn.EnvLink+", else auto)")
+	fs.StringVar(&f.link, "link", "", "netconn link of the rsock side, in both processes: auto (shm on one host, an rdma-core\ndevice's port, else TCP), shm, memif, udp, or dpdk (built with -tags dpdk) (default: $"+netconn.EnvLink+", else auto)")
 	fs.DurationVar(&f.timeout, "timeout", streambench.DefaultTimeout, "give up a wait for the peer after this long")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file (local: the server child's to FILE.server)")
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")

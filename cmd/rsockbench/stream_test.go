@@ -278,10 +278,14 @@ func readFile(t *testing.T, path string) []byte {
 }
 
 // loopbackTransport is the transport of an rsock connection over loopback
-// with the environment's link: memif unless RSOCK_LINK=udp.
+// with the environment's link: shm (auto's choice on one host), or the
+// link RSOCK_LINK names.
 func loopbackTransport() string {
-	if os.Getenv("RSOCK_LINK") == "udp" {
+	switch os.Getenv("RSOCK_LINK") {
+	case "udp":
 		return "rdma/softroce/udp"
+	case "memif":
+		return "rdma/softroce/memif"
 	}
-	return "rdma/softroce/memif"
+	return "rdma/shm"
 }

@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		// should it fire while goleak looks.
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
+		// The same for the shm channel between the two ends: its watcher
+		// and the timer that closes it.
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/shm.(*Device).watch"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.(*shmChannel).release.func1"),
 	)
 }
 
@@ -351,10 +355,14 @@ func TestRun(t *testing.T) {
 }
 
 // loopbackTransport is the transport of an rsock connection over loopback
-// with the environment's link: memif unless RSOCK_LINK=udp.
+// with the environment's link: shm (auto's choice on one host), or the
+// link RSOCK_LINK names.
 func loopbackTransport() string {
-	if os.Getenv("RSOCK_LINK") == "udp" {
+	switch os.Getenv("RSOCK_LINK") {
+	case "udp":
 		return "rdma/softroce/udp"
+	case "memif":
+		return "rdma/softroce/memif"
 	}
-	return "rdma/softroce/memif"
+	return "rdma/shm"
 }

@@ -65,6 +65,13 @@ func (e *Expect) Check(u syscall.Conn) error {
 	if err != nil {
 		return err
 	}
+	return e.CheckCred(cred)
+}
+
+// CheckCred is Check for credentials already known: those the kernel
+// recorded for a Unix socket (SO_PEERCRED), such as a shared-memory
+// channel's peer that a new connection proposes to reuse.
+func (e *Expect) CheckCred(cred Cred) error {
 	sock, err := TCPPeerSocket(e.Local, e.Remote)
 	if err != nil {
 		return err

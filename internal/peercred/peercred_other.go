@@ -23,6 +23,9 @@ func ExpectTCPPeer(net.Conn) (*Expect, error) { return nil, errUnsupported }
 // Check is not supported here.
 func (e *Expect) Check(syscall.Conn) error { return errUnsupported }
 
+// CheckCred is not supported here.
+func (e *Expect) CheckCred(Cred) error { return errUnsupported }
+
 // HoldsSocket is not supported here.
 func HoldsSocket(int32, uint32) (bool, error) { return false, errUnsupported }
 

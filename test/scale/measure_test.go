@@ -85,11 +85,16 @@ func rss() (rss, hwm int64, err error) {
 }
 
 // raiseNoFile raises the soft limit on file descriptors to the hard limit
-// and returns it.
-func raiseNoFile() (uint64, error) {
+// and returns it. A process that may (root) raises the hard limit to
+// want first when it is lower: an shm connection holds three descriptors
+// on each side (its TCP socket, its doorbell and the peer's).
+func raiseNoFile(want uint64) (uint64, error) {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, err
+	}
+	if lim.Max < want && unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: want, Max: want}) == nil {
+		return want, nil
 	}
 	lim.Cur = lim.Max
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {

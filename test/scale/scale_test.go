@@ -26,7 +26,7 @@ import (
 
 var (
 	nConns      = flag.Int("scale.conns", 200, "concurrent connections the server process holds")
-	link        = flag.String("scale.link", netconn.LinkUDP, "soft-RoCE link of both processes (udp, or auto to show the memif cap)")
+	link        = flag.String("scale.link", netconn.LinkAuto, "link of both processes: auto (shm on one host), shm, udp, or memif to show its cap")
 	size        = flag.Int("scale.size", 4096, "bytes each connection carries each way")
 	heapProfile = flag.String("scale.heapprofile", "", "write the server's heap profile, taken while it holds every connection, to this file")
 	dialers     = flag.Int("scale.dialers", 32, "dials in flight at once (the listener's pending handshakes are bounded at 64)")
@@ -52,7 +52,7 @@ func TestScale(t *testing.T) {
 	if raceEnabled && n > raceMaxConns {
 		t.Skipf("-scale.conns=%d: under -race a process may hold at most %d connections (the race detector's limit of 8128 goroutines); run without -race", n, raceMaxConns)
 	}
-	nofile, err := raiseNoFile()
+	nofile, err := raiseNoFile(uint64(4*n + 1024))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,21 +223,22 @@ func TestScale(t *testing.T) {
 }
 
 // checkTransports fails unless every connection is where the link puts
-// it: over udp all on the udp link (RDMA), over auto at most 64 (a
-// process's memif cap) on memif and the rest on TCP (auto does not run
-// the udp link, slower than TCP on one host).
+// it: over auto or shm all on shm, over udp all on the udp link (RDMA),
+// over memif at most 64 (a process's memif cap) on memif and the rest on
+// TCP.
 func checkTransports(t *testing.T, link string, by map[string]int) {
 	t.Helper()
-	const udp, memif = "rdma/softroce/udp", "rdma/softroce/memif"
+	const udp, memif, shm = "rdma/softroce/udp", "rdma/softroce/memif", "rdma/shm"
 	for desc, k := range by {
 		tr, _, _ := strings.Cut(desc, " (") // a conn on TCP says why not memif
 		switch {
-		case tr == udp && link != netconn.LinkAuto:
-		case tr == memif && link == netconn.LinkAuto:
+		case tr == shm && (link == netconn.LinkAuto || link == netconn.LinkShm):
+		case tr == udp && link == netconn.LinkUDP:
+		case tr == memif && link == netconn.LinkMemif:
 			if k > 64 {
 				t.Errorf("%d connections on memif, past the cap of 64 per process", k)
 			}
-		case tr == "tcp" && link == netconn.LinkAuto:
+		case tr == "tcp" && link == netconn.LinkMemif:
 		default:
 			t.Errorf("%d connections on %s, not RDMA over the %s link", k, desc, link)
 		}

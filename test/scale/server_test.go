@@ -86,7 +86,7 @@ func runServer(spec string) int {
 	if err != nil {
 		return fail("listening", err)
 	}
-	nofile, err := raiseNoFile()
+	nofile, err := raiseNoFile(uint64(4*a.conns + 1024))
 	if err != nil {
 		return fail("listening", err)
 	}

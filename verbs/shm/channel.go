@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -27,6 +28,9 @@ type Config struct {
 	// channel (each costs one slot of the arena: memory is used only
 	// for slots in use). Default DefaultMaxQPs.
 	MaxQPs int
+	// Deadline bounds setting the channel up (Open, Accept, Dial): the
+	// peer's hello must arrive before it. Zero: no bound.
+	Deadline time.Time
 }
 
 // Open sets up a channel over conn, a connected Unix socket of type
@@ -50,6 +54,11 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.Deadline.IsZero() {
+		if err := conn.SetDeadline(cfg.Deadline); err != nil {
+			return nil, err
+		}
 	}
 	d := &Device{conn: conn, raw: raw, maxQPs: cfg.MaxQPs, port: loopbackPort(),
 		qps: map[uint32]*QP{}, cqs: map[*CQ]struct{}{}, peerQPs: map[uint32]*peerQP{},
@@ -97,6 +106,9 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	unix.Close(fd)
 	if err == nil {
 		err = d.recvHello(hello.y)
+	}
+	if err == nil && !cfg.Deadline.IsZero() {
+		err = conn.SetDeadline(time.Time{}) // the watcher reads for the channel's life
 	}
 	if err != nil {
 		unix.Munmap(d.arena)

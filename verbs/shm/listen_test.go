@@ -2,7 +2,10 @@ package shm
 
 import (
 	"errors"
+	"net"
+	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -84,5 +87,34 @@ func waitOK(t *testing.T, cq verbs.CQ) {
 			return
 		}
 		must(t, cq.Wait(t.Context()))
+	}
+}
+
+// TestDialDeadline: a peer that accepts the socket and never sends its
+// hello makes Dial fail at Config.Deadline, not hang.
+func TestDialDeadline(t *testing.T) {
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@rsock-shm-test-silent", Net: "unixpacket"})
+	must(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.AcceptUnix()
+		if err == nil {
+			defer c.Close()
+			var b [64]byte
+			for { // until Dial gives up and closes
+				if _, err := c.Read(b[:]); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	d, err := Dial("rsock-shm-test-silent", Config{Deadline: time.Now().Add(100 * time.Millisecond)})
+	if err == nil {
+		d.Close()
+		t.Fatal("Dial to a silent peer succeeded")
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Dial = %v after %v, want a deadline error after 100ms", err, time.Since(start))
 	}
 }

@@ -48,6 +48,7 @@ type QP struct {
 	peerCons uint64 // the peer's consumer cursors as last read
 	peerData uint64
 	blocked  bool // our txBlocked word is set
+	watching bool // watchReady's goroutine runs; under sqMu
 	mrCache  *remoteMR
 	srcs     [][]byte  // scratch scatter/gather list
 	one      [1][]byte // scratch: one inline payload

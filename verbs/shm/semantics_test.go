@@ -218,3 +218,32 @@ func TestDoorbell(t *testing.T) {
 	t.Logf("woke %v after the post", at.Sub(sent))
 	verbstest.ExpectWC(t, b.rcq, 200, verbs.WCRecv, verbs.WCSuccess, wcTimeout)
 }
+
+// TestSendBeforePeerReady: a SEND posted while the peer's queue pair is
+// not ready yet (INIT) is carried out once it is, though nothing polls
+// or waits on the sender's CQs in the meantime (a stream's first Write
+// right after a handshake, followed by a wait elsewhere).
+func TestSendBeforePeerReady(t *testing.T) {
+	da, db := newPair(t)
+	a, b := newNode(t, da, 1<<16, allAccess), newNode(t, db, 1<<16, allAccess)
+	must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: allAccess},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: allAccess},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, AH: verbs.AH{DGID: da.Port().GIDs[0]},
+		PathMTU: verbs.MTU4096, DestQPN: b.qp.QPN(), MaxDestRdAtomic: 16, MinRNRTimer: 1},
+		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
+	b.vt().PostRecv(t, 1, 0, 64)
+	copy(a.buf, "early")
+	a.vt().PostSend(t, verbs.SendWR{ID: 2, Opcode: verbs.WRSend, SGL: []verbs.SGE{a.vt().SGE(0, 5)}})
+	time.Sleep(5 * time.Millisecond) // the send waits for b
+	must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, AH: verbs.AH{DGID: db.Port().GIDs[0]},
+		PathMTU: verbs.MTU4096, DestQPN: a.qp.QPN(), MaxDestRdAtomic: 16, MinRNRTimer: 1},
+		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
+	verbstest.ExpectWC(t, b.rcq, 1, verbs.WCRecv, verbs.WCSuccess, wcTimeout)
+	if string(b.buf[:5]) != "early" {
+		t.Fatalf("received %q", b.buf[:5])
+	}
+}

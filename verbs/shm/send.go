@@ -5,6 +5,7 @@ package shm
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -307,6 +308,44 @@ func (q *QP) room(p *peerQP, n int) (bool, error) {
 	return n <= int(dataSize-(q.dataHead-consData)), nil
 }
 
+// watchReady starts, once, a goroutine that moves the waiting sends on
+// once the peer's queue pair is ready. The peer's Modify rings our send
+// CQ only when this process sleeps on it, and a process may post a send
+// and then wait elsewhere: rsock's first Write after a handshake whose
+// other end has not connected its queue pair yet, then a wait on another
+// connection. The goroutine lives only for that window: it ends once the
+// peer is ready (or gone), or this queue pair closed or failed. The
+// caller holds sqMu.
+func (q *QP) watchReady() {
+	if q.watching {
+		return
+	}
+	q.watching = true
+	go func() {
+		pause := 20 * time.Microsecond
+		for {
+			time.Sleep(pause)
+			pause = min(2*pause, time.Millisecond)
+			if q.gone.Load() || q.State() == verbs.QPSErr {
+				break
+			}
+			p := q.dest.Load()
+			if p == nil || !p.acquire() {
+				break
+			}
+			st := verbs.QPState(u32(p.slot, offState).Load())
+			p.release()
+			if st != verbs.QPSReset && st != verbs.QPSInit {
+				break
+			}
+		}
+		q.sqMu.Lock()
+		q.watching = false
+		q.sqMu.Unlock()
+		q.progress()
+	}()
+}
+
 // waitRoom reports whether there is room, and otherwise sets our
 // txBlocked word (the peer rings our send CQ after it consumes) and looks
 // once more, in that order, so a consumer cannot be missed.
@@ -381,6 +420,7 @@ func (q *QP) execute(wr *verbs.SendWR, data [][]byte, synced bool) (int, *peerQP
 			u32(q.slot, offTxBlocked).Store(1)
 		}
 		if st := verbs.QPState(u32(p.slot, offState).Load()); st == verbs.QPSReset || st == verbs.QPSInit {
+			q.watchReady()
 			return sendBlocked, nil, nil
 		}
 	default:
