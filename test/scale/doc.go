@@ -11,11 +11,13 @@
 // connection, and how many connections ended on RDMA and how many on TCP
 // (and why).
 //
-// The link is udp (-scale.link): a process's udp devices are shared by
-// all its connections, while a memif link is one per connection and is
-// capped at 64 per process by design; -scale.link=auto shows that the
-// connections past that cap go to TCP (auto never runs the udp link,
-// slower than TCP on one host).
+// The link is the library's default, auto, which on one host is shm
+// (-scale.link): one shm channel serves every connection between the two
+// processes, with three descriptors per connection on each side (the TCP
+// control socket and two doorbell eventfds). -scale.link=udp runs the udp
+// link, whose devices are shared by all connections of a process (one
+// descriptor per connection); -scale.link=memif shows memif's cap of 64
+// links per process, past which connections go to TCP.
 //
 // The default run holds 200 connections so that CI stays fast; the run of
 // the README's numbers is
