@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
+		// An shm channel outlives its last connection for a few seconds,
+		// for the next one between the same two processes.
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/shm.(*Device).watch"),
 	)
 }
 
@@ -33,7 +36,7 @@ func TestMain(m *testing.M) {
 // address and a function that waits for Serve's result.
 func startServer(t *testing.T, cfg ServerConfig) (string, func() error) {
 	t.Helper()
-	lc := netconn.ListenConfig{Provider: netconn.ProviderSoftRoCE}
+	lc := netconn.ListenConfig{} // the library's defaults, as the dialer's
 	rln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +114,7 @@ func TestSweep(t *testing.T) {
 			want = loopbackTransport()
 		}
 		if r.ConnTransport != want || r.ServerTransport != want {
-			t.Errorf("%s: conn transport %q, server %q, want %q", r.Transport, r.ConnTransport, r.ServerTransport, want)
+			t.Errorf("%s: conn transport %q, server %q, want %q (fallback: %s)", r.Transport, r.ConnTransport, r.ServerTransport, want, r.FallbackReason)
 		}
 		if r.Bytes == 0 || r.Seconds <= 0 || r.GBps <= 0 || r.ClientCPUSeconds < 0 || r.ServerCPUSeconds < 0 {
 			t.Errorf("record %+v", r)
@@ -403,10 +406,11 @@ func TestParseSizes(t *testing.T) {
 }
 
 // loopbackTransport is the transport of an rsock connection over loopback
-// with the environment's link: memif unless RSOCK_LINK=udp.
+// with the environment's link: shm (auto's choice on one host) unless
+// RSOCK_LINK=udp.
 func loopbackTransport() string {
 	if os.Getenv("RSOCK_LINK") == "udp" {
 		return "rdma/softroce/udp"
 	}
-	return "rdma/softroce/memif"
+	return "rdma/shm"
 }
