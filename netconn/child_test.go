@@ -114,7 +114,7 @@ func peerKilled(t *testing.T, childRole string) {
 	if _, err := s.Write(buf[:256<<10]); err != nil {
 		t.Fatal(err)
 	}
-	if len(linkResidue(t)) == 0 {
+	if loopbackTransport() != trUDP && len(linkResidue(t)) == 0 {
 		t.Fatal("linkResidue sees nothing of a live same-host link: it cannot see what is left behind")
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -51,7 +51,7 @@ func countShm(t *testing.T) (channels, watchers, arenas int) {
 // goroutine or arena mapping; all of them carry their own bytes, and
 // the channel goes once the last one closed.
 func TestShmOneChannel(t *testing.T) {
-	ln := listen(t, ListenConfig{Stream: streamSmall})
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -61,7 +61,7 @@ func TestShmOneChannel(t *testing.T) {
 	var first [3]int
 	var goroutines int
 	for i := range 8 {
-		c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+		c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
 		conns = append(conns, c, s)
 		if transport(c) != trShm || transport(s) != trShm {
 			t.Fatalf("connection %d: transports %q (%q), %q (%q)", i, transport(c), c.(*Conn).FallbackReason(), transport(s), s.(*Conn).FallbackReason())
@@ -99,8 +99,8 @@ func TestShmOneChannel(t *testing.T) {
 func TestShmSetupFails(t *testing.T) {
 	defer func(f func(shm.Config) (*shm.Listener, error)) { listenShm = f }(listenShm)
 	listenShm = func(shm.Config) (*shm.Listener, error) { return nil, errors.New("shm: injected failure") }
-	ln := listen(t, ListenConfig{Stream: streamSmall})
-	c, s := connPair(t, ln, &Dialer{Stream: streamSmall})
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
+	c, s := connPair(t, ln, &Dialer{Link: LinkAuto, Stream: streamSmall})
 	defer c.Close()
 	defer s.Close()
 	if transport(c) != "tcp" || transport(s) != "tcp" {
@@ -121,7 +121,7 @@ func TestShmOfferHostile(t *testing.T) {
 		"no-channel": func(h *fallback.Hello) { h.ShmSocket, h.ShmChannel = "", 0xdeadbeef },
 	} {
 		t.Run(name, func(t *testing.T) {
-			ln := listen(t, ListenConfig{Stream: streamSmall})
+			ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
 			c, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				t.Fatal(err)
@@ -167,7 +167,7 @@ func runIdleDialer(addr string) {
 	conns := make([]net.Conn, idleConns)
 	buf := make([]byte, 4096)
 	for i := range conns {
-		c, err := (&Dialer{Stream: streamSmall}).DialContext(context.Background(), "tcp", addr)
+		c, err := (&Dialer{Link: LinkAuto, Stream: streamSmall}).DialContext(context.Background(), "tcp", addr)
 		if err != nil {
 			fmt.Println("child:", err)
 			os.Exit(1)
@@ -217,7 +217,7 @@ func TestIdleShmConns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes four seconds")
 	}
-	ln := listen(t, ListenConfig{Stream: streamSmall})
+	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=idle:"+ln.Addr().String())
 	out, err := cmd.StdoutPipe()
