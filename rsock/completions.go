@@ -29,6 +29,12 @@ func (s *Stream) drive() {
 			break
 		}
 	}
+	if s.sendErr != nil {
+		if !s.peerClosed {
+			s.fail(s.sendErr)
+		}
+		s.sendErr = nil
+	}
 	if s.cons.ShouldReport() {
 		s.sendControl(ctrlCredit)
 	}
@@ -44,7 +50,14 @@ func (s *Stream) complete(wc *verbs.WC) {
 					err = fmt.Errorf("rsock: %v %v: %w: %w", wc.Opcode, wc.Status, cause, errConnLost)
 				}
 			}
-			s.fail(err)
+			if isSendOpcode(wc.Opcode) && s.err == nil {
+				// Decided at the end of drive: see sendErr.
+				if s.sendErr == nil {
+					s.sendErr = err
+				}
+			} else {
+				s.fail(err)
+			}
 		}
 		return
 	}
@@ -138,4 +151,14 @@ func (s *Stream) onKeepAlive() {
 		every -= idle
 	}
 	s.keepalive.Reset(every)
+}
+
+// isSendOpcode reports whether op completes one of our own sends rather
+// than a receive.
+func isSendOpcode(op verbs.WCOpcode) bool {
+	switch op {
+	case verbs.WCSend, verbs.WCRDMAWrite, verbs.WCRDMARead:
+		return true
+	}
+	return false
 }

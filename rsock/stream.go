@@ -59,6 +59,12 @@ type Stream struct {
 	wclosed    bool       // CloseWrite was called
 	closed     bool       // Close was called
 	err        error      // the stream failed
+	// sendErr is a failed completion of one of our own sends, held until
+	// the completions polled with it are handled: when they hold the
+	// peer's CLOSE, the peer left in order and its data stays readable up
+	// to io.EOF (a provider that fails a send to a closed peer at once,
+	// as shm does, would otherwise lose it).
+	sendErr    error
 	sendWRs    [2]verbs.SendWR
 	sendSGEs   [2][2]verbs.SGE
 	ctrlWRs    [maxCtrlSends][1]verbs.SendWR // by send slot: posted outside mu
