@@ -107,6 +107,55 @@ var qpTransitions = map[[2]QPState]transitionMasks{
 	{QPSSQE, QPSRTS}: {0, AttrCurState | AttrAccessFlags | AttrMinRNRTimer},
 }
 
+// Apply copies into a the attributes of src that mask names, as
+// ibv_modify_qp takes them: access flags, P_Key index, port, address
+// vector, path MTU, timeouts and retry counts, PSNs, RDMA-read depths and
+// the destination QP. State and Cap are the provider's to handle.
+func (a *QPAttr) Apply(src *QPAttr, mask QPAttrMask) {
+	if mask&AttrAccessFlags != 0 {
+		a.AccessFlags = src.AccessFlags
+	}
+	if mask&AttrPKeyIndex != 0 {
+		a.PKeyIndex = src.PKeyIndex
+	}
+	if mask&AttrPort != 0 {
+		a.Port = src.Port
+	}
+	if mask&AttrAV != 0 {
+		a.AH = src.AH
+	}
+	if mask&AttrPathMTU != 0 {
+		a.PathMTU = src.PathMTU
+	}
+	if mask&AttrTimeout != 0 {
+		a.Timeout = src.Timeout
+	}
+	if mask&AttrRetryCnt != 0 {
+		a.RetryCnt = src.RetryCnt
+	}
+	if mask&AttrRNRRetry != 0 {
+		a.RNRRetry = src.RNRRetry
+	}
+	if mask&AttrRQPSN != 0 {
+		a.RQPSN = src.RQPSN
+	}
+	if mask&AttrMaxQPRdAtomic != 0 {
+		a.MaxRdAtomic = src.MaxRdAtomic
+	}
+	if mask&AttrMinRNRTimer != 0 {
+		a.MinRNRTimer = src.MinRNRTimer
+	}
+	if mask&AttrSQPSN != 0 {
+		a.SQPSN = src.SQPSN
+	}
+	if mask&AttrMaxDestRdAtomic != 0 {
+		a.MaxDestRdAtomic = src.MaxDestRdAtomic
+	}
+	if mask&AttrDestQPN != 0 {
+		a.DestQPN = src.DestQPN
+	}
+}
+
 // CheckTransition reports whether moving a QP from cur to next with the
 // attributes in mask is allowed for an RC QP. Moves to RESET and ERR are
 // always allowed. Providers call it so they all reject the same things.

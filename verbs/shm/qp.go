@@ -217,48 +217,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return fmt.Errorf("shm: QP attributes %#x: %w", uint32(mask), verbs.ErrInvalidArgument)
 	}
 	a := &q.attr
+	a.Apply(attr, mask)
 	if mask&verbs.AttrAccessFlags != 0 {
-		a.AccessFlags = attr.AccessFlags
 		u32(q.slot, offAccess).Store(uint32(attr.AccessFlags))
-	}
-	if mask&verbs.AttrPKeyIndex != 0 {
-		a.PKeyIndex = attr.PKeyIndex
-	}
-	if mask&verbs.AttrPort != 0 {
-		a.Port = attr.Port
-	}
-	if mask&verbs.AttrAV != 0 {
-		a.AH = attr.AH
-	}
-	if mask&verbs.AttrPathMTU != 0 {
-		a.PathMTU = attr.PathMTU
-	}
-	if mask&verbs.AttrTimeout != 0 {
-		a.Timeout = attr.Timeout
-	}
-	if mask&verbs.AttrRetryCnt != 0 {
-		a.RetryCnt = attr.RetryCnt
-	}
-	if mask&verbs.AttrRNRRetry != 0 {
-		a.RNRRetry = attr.RNRRetry
-	}
-	if mask&verbs.AttrRQPSN != 0 {
-		a.RQPSN = attr.RQPSN
-	}
-	if mask&verbs.AttrSQPSN != 0 {
-		a.SQPSN = attr.SQPSN
-	}
-	if mask&verbs.AttrMaxQPRdAtomic != 0 {
-		a.MaxRdAtomic = attr.MaxRdAtomic
-	}
-	if mask&verbs.AttrMaxDestRdAtomic != 0 {
-		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
-	}
-	if mask&verbs.AttrMinRNRTimer != 0 {
-		a.MinRNRTimer = attr.MinRNRTimer
-	}
-	if mask&verbs.AttrDestQPN != 0 {
-		a.DestQPN = attr.DestQPN
 	}
 	if next == cur {
 		return nil

@@ -198,17 +198,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return err
 	}
 	a := &q.attr
-	if mask&verbs.AttrAccessFlags != 0 {
-		a.AccessFlags = attr.AccessFlags
-	}
-	if mask&verbs.AttrPKeyIndex != 0 {
-		a.PKeyIndex = attr.PKeyIndex
-	}
-	if mask&verbs.AttrPort != 0 {
-		a.Port = attr.Port
-	}
+	a.Apply(attr, mask)
 	if mask&verbs.AttrAV != 0 {
-		a.AH = attr.AH
 		port := attr.AH.DPort
 		if port == 0 {
 			port = link.RoCEv2Port
@@ -216,35 +207,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.peer = netip.AddrPortFrom(attr.AH.DGID.Addr(), port)
 	}
 	if mask&verbs.AttrPathMTU != 0 {
-		a.PathMTU = attr.PathMTU
 		q.mtu = uint32(attr.PathMTU.Bytes())
-	}
-	if mask&verbs.AttrTimeout != 0 {
-		a.Timeout = attr.Timeout
-	}
-	if mask&verbs.AttrRetryCnt != 0 {
-		a.RetryCnt = attr.RetryCnt
-	}
-	if mask&verbs.AttrRNRRetry != 0 {
-		a.RNRRetry = attr.RNRRetry
-	}
-	if mask&verbs.AttrRQPSN != 0 {
-		a.RQPSN = attr.RQPSN
-	}
-	if mask&verbs.AttrMaxQPRdAtomic != 0 {
-		a.MaxRdAtomic = attr.MaxRdAtomic
-	}
-	if mask&verbs.AttrMinRNRTimer != 0 {
-		a.MinRNRTimer = attr.MinRNRTimer
-	}
-	if mask&verbs.AttrSQPSN != 0 {
-		a.SQPSN = attr.SQPSN
-	}
-	if mask&verbs.AttrMaxDestRdAtomic != 0 {
-		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
-	}
-	if mask&verbs.AttrDestQPN != 0 {
-		a.DestQPN = attr.DestQPN
 	}
 	if next == cur {
 		return nil
