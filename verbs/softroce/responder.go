@@ -114,7 +114,19 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	psn := pkt.BTH.PSN()
 	if r.reading.active {
 		// A READ is being answered: responses go out in PSN order, so
-		// every other request waits (the requester sends it again).
+		// every other request waits (the requester sends it again). The
+		// same READ asked again is the requester going back after a
+		// timeout: it drops responses past the PSN it asks for, so the
+		// answer starts over from there (still readBurst packets per
+		// received packet). Dropping it instead left the requester
+		// timing out against responses it no longer took.
+		x := &r.reading.res
+		if pkt.BTH.Opcode().Flags().Has(wire.FlagRead) && psnDiff(psn, x.psn) >= 0 && psnDiff(psn, x.last) <= 0 {
+			q.count(cDuplicates, 1)
+			res := *x
+			q.startRead(rx, &res, uint32(psnDiff(psn, res.psn)))
+			return
+		}
 		q.count(cOutOfSequence, 1)
 		return
 	}
