@@ -16,9 +16,6 @@ import (
 	"github.com/rsock-go/rsock/verbs"
 )
 
-// spinPolls is how often Wait looks at the rings before it sleeps.
-const spinPolls = 64
-
 // CQ is a completion queue. Completions of this process's own requests
 // wait in a local queue; arrivals from the peer wait in the inbound rings
 // of the queue pairs it serves, and Poll takes them from there. A waiter
@@ -40,6 +37,7 @@ type CQ struct {
 	sendQPs []*QP
 	pushes  uint64 // completions added, for Notify
 
+	spin      spinPolicy // how long a wait polls before it sleeps
 	kicks     atomic.Uint64
 	sleepersA atomic.Int32 // sleepers, for Kick's look without the lock
 
@@ -193,7 +191,7 @@ func (c *CQ) ready() bool {
 }
 
 // Wait blocks until Poll would return a completion, ctx ends, or the CQ
-// is closed. It polls briefly, then sets the sleeping flag, looks again
+// is closed. It polls for as long as its spin policy says, then sets the sleeping flag, looks again
 // and sleeps on the doorbell: the peer rings it only when the flag is set.
 func (c *CQ) Wait(ctx context.Context) error {
 	return c.waitFor(ctx, time.Time{}, c.ready)
@@ -219,12 +217,30 @@ func (c *CQ) WaitKick(seen uint64, deadline time.Time) error {
 }
 
 func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool) error {
+	start := time.Now()
+	budget := c.spin.Begin()
+	polling, slept := true, false
 	for i := 0; ; i++ {
 		if c.isClosed() {
 			return verbs.ErrClosed
 		}
 		if ready() {
+			c.spin.End(budget, time.Since(start), slept)
 			return nil
+		}
+		if polling {
+			// Look at the clock and the context only now and then: a
+			// poll takes tens of nanoseconds. (No runtime.Gosched here:
+			// it wakes an idle P's thread, whose wake-up costs more than
+			// the poll saves.)
+			if i%8 != 7 {
+				continue
+			}
+			now := time.Now()
+			if now.Sub(start) < budget && (deadline.IsZero() || now.Before(deadline)) && ctx.Err() == nil {
+				continue
+			}
+			polling = false
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -232,20 +248,17 @@ func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool)
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return os.ErrDeadlineExceeded
 		}
-		if i < spinPolls {
-			continue
-		}
 		c.enterSleep()
 		if ready() {
 			c.leaveSleep()
 			continue
 		}
+		slept = true
 		err := c.sleep(ctx, deadline)
 		c.leaveSleep()
 		if err != nil {
 			return err
 		}
-		i = 0
 	}
 }
 
