@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,6 +221,7 @@ func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool)
 	start := time.Now()
 	budget := c.spin.Begin()
 	polling, slept := true, false
+	alone := runtime.GOMAXPROCS(0) == 1
 	for i := 0; ; i++ {
 		if c.isClosed() {
 			return verbs.ErrClosed
@@ -230,14 +232,19 @@ func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool)
 		}
 		if polling {
 			// Look at the clock and the context only now and then: a
-			// poll takes tens of nanoseconds. (No runtime.Gosched here:
-			// it wakes an idle P's thread, whose wake-up costs more than
-			// the poll saves.)
+			// poll takes tens of nanoseconds.
 			if i%8 != 7 {
 				continue
 			}
 			now := time.Now()
 			if now.Sub(start) < budget && (deadline.IsZero() || now.Before(deadline)) && ctx.Err() == nil {
+				// With one P, what we wait for may need a goroutine of
+				// this process (gRPC's writer, say): let it run. With
+				// more, Gosched would wake an idle P's thread, which
+				// costs more than the poll saves; they run elsewhere.
+				if alone && i%64 == 63 {
+					runtime.Gosched()
+				}
 				continue
 			}
 			polling = false
