@@ -150,7 +150,7 @@ drops() {
 }
 
 port=18600
-# flows CASE PORT: runs the case's flows together, on ports from PORT up;
+# flows CASE PORT NAME: runs the case's flows together, on ports from PORT up;
 # prints "transport gbps" per flow, in order.
 flows() {
 	local i=0 kinds=() servers=() clients=() files=() port=$2
@@ -186,7 +186,8 @@ flows() {
 	if [ -n "${LOGDIR:-}" ]; then
 		mkdir -p "$LOGDIR"
 		for j in $(seq 0 $((i - 1))); do
-			cp "$tmp/client$j.out" "$LOGDIR/$1-$j.client"
+			cp "$tmp/client$j.out" "$LOGDIR/$3-$1-$j.client"
+			cp "$tmp/server$j.out" "$LOGDIR/$3-$1-$j.server"
 		done
 	fi
 	for s in "${servers[@]}"; do
@@ -199,7 +200,7 @@ flows() {
 			jq -r '"\(.conn_transport) \(.gbps)"' "$f" | head -1
 		else
 			echo "error 0"
-			echo "bottleneck-bench: flow $i of $1 failed: $(tail -1 "$tmp/client$i.out")" >&2
+			echo "bottleneck-bench: flow $i of $1 failed: $(tail -1 "$tmp/client$i.out") (server: $(tail -1 "$tmp/server$i.out"))" >&2
 		fi
 		i=$((i + 1))
 	done
@@ -217,7 +218,7 @@ for rate in "${rates[@]}"; do
 			echo "bottleneck-bench: $rate $queue $c" >&2
 			bottleneck "$rate" "$queue"
 			port=$((port + 10))
-			out=$(flows "$c" "$port")
+			out=$(flows "$c" "$port" "$rate-$queue")
 			d=$(drops)
 			# Pair each flow with what it ran on, and compute the share and Jain's index.
 			row=$(echo "$out" | awk -v kinds="$c" '

@@ -27,7 +27,12 @@ import (
 //     round's loss share, as window.go's does.
 //   - With no loss, a queue over the target shrinks the window in
 //     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
-//     half), so that a flow alone keeps the queue short and drops little.
+//     half), so that a flow alone keeps the queue short and drops little;
+//     but while one queue stands, no further than half the window the
+//     flow had when it began: a flow's own queue drains by then, and a
+//     queue that does not is another's, which the next bullet competes
+//     with (without this floor, twelve rounds of delay decrease left a
+//     window of a tenth when competing began).
 //   - A queue that stays over the target for competeRounds round trips,
 //     although the window shrank, is kept full by another flow that
 //     fills queues (TCP): the controller stops yielding to delay and
@@ -40,8 +45,10 @@ import (
 //     mode switch, with hysteresis).
 //   - A reduction is not repeated for the round trip after it, whose
 //     evidence was sent before it took effect (Reno's recovery).
-//   - Growth is eight packets per round trip while yielding to delay
-//     (additive, so that rsock flows converge to fair shares), an eighth
+//   - Growth is up to eight packets per round trip while yielding to
+//     delay (additive, so that rsock flows converge to fair shares; no
+//     more than a quarter of the packets the target queue holds, so that
+//     a slow path's small queue is not filled in one step), an eighth
 //     of the window when no queue is seen at all, and doubling per round
 //     trip in slow start: from initialWindow, and after a timeout. Random
 //     loss does not end slow start; a queue over the target or a loss
@@ -124,11 +131,12 @@ type delayGated struct {
 	roundEnd   uint32 // the round ends once this PSN is acknowledged
 	roundMin   int64  // the least round trip sampled in the round; 0 none
 	lastMin    int64  // the same of the previous round
-	recovering bool   // the window was reduced at the end of the last round
+	hold       int    // rounds left whose losses answer for the last reduction
 	roundAcked int
 	roundLost  int
 	qdelay     int64 // the queueing delay of the last round that had a sample
 	undrained  int   // rounds since the queue was last seen drained
+	standFrom  int   // the window when the queue last began to stand
 	drained    int   // while competing: drained rounds in a row
 
 	events uint64
@@ -200,14 +208,14 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 		c.cwnd = min(c.cwnd+n, c.ssthresh)
 	default:
 		// Packets added per round trip: Reno's one while competing,
-		// eight while yielding to delay (additive, so that flows
+		// up to eight while yielding to delay (additive, so that flows
 		// converge to fair shares), an eighth of the window while no
 		// queue builds at all.
 		// While competing: up to competeIncrease, less for a window that
 		// is small (a short path), where a fixed step would be too much.
 		ai := min(max(c.cwnd/32, 1), competeIncrease)
 		if !c.competing() {
-			ai = delayIncrease
+			ai = c.delayIncrease()
 			if c.qdelay < c.target()/2 {
 				ai = max(ai, c.cwnd/proportionalGrowth)
 			}
@@ -224,6 +232,23 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 	c.setPacing()
 }
 
+// delayIncrease is the additive increase per round trip while the
+// controller yields to delay: delayIncrease packets, but no more than a
+// quarter of the packets the target queue holds at the flow's rate
+// (cwnd × target / the last rounds' round trip), at least one. At 100 Mbit/s a 2 ms router queue
+// holds 16 packets: eight more per round trip would fill half of it
+// before the delay of the next round trip could say so.
+func (c *delayGated) delayIncrease() int {
+	rtt := c.srtt
+	if c.minRTT > 0 {
+		rtt = c.minRTT + max(c.qdelay, 0)
+	}
+	if rtt <= 0 {
+		return delayIncrease
+	}
+	return min(delayIncrease, max(1, int(int64(c.cwnd)*c.target()/(4*rtt))))
+}
+
 // endRound decides on the round trip that just ended, and starts the
 // next, which ends with the PSNs sent so far.
 func (c *delayGated) endRound(high uint32) {
@@ -236,6 +261,9 @@ func (c *delayGated) endRound(high uint32) {
 	switch {
 	case c.qdelay > target:
 		c.drained = 0
+		if c.undrained == 0 {
+			c.standFrom = c.cwnd
+		}
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
 		// Competing ends after drainRounds drained rounds in a row, so
@@ -247,8 +275,10 @@ func (c *delayGated) endRound(high uint32) {
 		c.undrained = 0
 	}
 	congested := c.qdelay > target
-	recovering := c.recovering
-	c.recovering = false
+	recovering := c.hold > 0
+	if recovering {
+		c.hold--
+	}
 	switch {
 	case recovering:
 		// This round's evidence was sent before the last reduction took
@@ -269,8 +299,14 @@ func (c *delayGated) endRound(high uint32) {
 	case congested && !c.competing():
 		// A queue builds: shrink in proportion to the excess delay
 		// (Swift: by 0.8 × excess/delay, at most half).
+		// The queue this flow builds drains once its window halves: delay
+		// shrinks the window at most to half of what it was when the
+		// queue began to stand, and a queue that stands below that is
+		// another flow's (it competes once competeRounds have passed).
 		f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
-		c.reduce(c.cwnd - int(float64(c.cwnd)*min(f, 0.5)))
+		if w := max(c.cwnd-int(float64(c.cwnd)*min(f, 0.5)), c.standFrom/2); w < c.cwnd {
+			c.reduce(w)
+		}
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)
 	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0
@@ -290,7 +326,7 @@ func (c *delayGated) reduce(w int) {
 	c.ssthresh = c.cwnd
 	c.acked = 0
 	c.events++
-	c.recovering = true
+	c.hold = 1
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
@@ -300,7 +336,7 @@ func (c *delayGated) OnTimeout(high uint32) {
 	c.events++
 	c.roundEnd = psnAdd(high, wire.PSNMask)
 	c.roundAcked, c.roundLost, c.roundMin, c.lastMin = 0, 0, 0, 0
-	c.recovering = true
+	c.hold = 1
 	c.setPacing()
 }
 

@@ -265,3 +265,56 @@ func TestCongestionStart(t *testing.T) {
 		t.Fatalf("6 rounds of slow start at 5%% random loss: cwnd %d, want 512", s.c.Cwnd())
 	}
 }
+
+// TestCongestionStandingQueueFloor: a queue that stands while the window
+// shrinks is not this flow's; delay shrinks the window at most to half of
+// what it was when the queue began to stand, so the flow starts to
+// compete with half its window, not with the least.
+func TestCongestionStandingQueueFloor(t *testing.T) {
+	s := newCCSim(512)
+	s.rounds(3, baseRTT, 0)
+	s.full(400)
+	full := baseRTT + 5*time.Millisecond
+	least := s.c.Cwnd()
+	for range competeRounds + 2 {
+		s.round(full, 0)
+		least = min(least, s.c.Cwnd())
+	}
+	if !s.c.competing() {
+		t.Fatalf("not competing after %d rounds at a standing queue", competeRounds+2)
+	}
+	if least < 200 {
+		t.Fatalf("the window fell to %d at a queue it could not drain, want at least 200 (half of 400)", least)
+	}
+}
+
+// TestCongestionDelayIncreaseSmallPath: while a queue stands under the
+// target, the window grows by at most a quarter of the packets the target
+// queue holds at the flow's rate: on a slow path (12 packets per 1.2 ms,
+// 100 Mbit/s) that is 2 packets per round trip, not delayIncrease, which
+// would fill half of a 2 ms queue per round trip.
+func TestCongestionDelayIncreaseSmallPath(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		base    time.Duration
+		cwnd    int
+		atLeast int
+		atMost  int
+	}{
+		{"100 Mbit/s, 2 ms queue", 250 * time.Microsecond, 12, 1, 3},
+		{"datacenter, a window of 800", baseRTT, 800, delayIncrease - 1, delayIncrease + 1},
+	} {
+		s := newCCSim(1 << 20)
+		s.rounds(30, tc.base, 0)
+		queued := tc.base + 700*time.Microsecond // under the 1 ms target, over half of it
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		if got := s.c.Cwnd() - tc.cwnd; got < tc.atLeast || got > tc.atMost {
+			t.Errorf("%s: grew by %d in a round from %d, want %d to %d", tc.name, got, tc.cwnd, tc.atLeast, tc.atMost)
+		}
+	}
+}
