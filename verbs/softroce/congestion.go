@@ -27,12 +27,13 @@ import (
 //     round's loss share, as window.go's does.
 //   - With no loss, a queue over the target shrinks the window in
 //     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
-//     half), so that a flow alone keeps the queue short and drops little;
-//     but while one queue stands, no further than half the window the
-//     flow had when it began: a flow's own queue drains by then, and a
-//     queue that does not is another's, which the next bullet competes
-//     with (without this floor, twelve rounds of delay decrease left a
-//     window of a tenth when competing began).
+//     half, at least a packet), and does not grow, so that a flow alone
+//     keeps the queue short and drops little. While the queue is the
+//     flow's own, its delivery rate holds as the window shrinks; once the
+//     rate has halved since the queue began to stand and the queue still
+//     stands, the queue is another's, and delay shrinks the window no
+//     further (without this, twelve rounds of delay decrease left a tenth
+//     of the window when competing began).
 //   - A queue that stays over the target for competeRounds round trips,
 //     although the window shrank, is kept full by another flow that
 //     fills queues (TCP): the controller stops yielding to delay and
@@ -134,10 +135,13 @@ type delayGated struct {
 	hold       int    // rounds left whose losses answer for the last reduction
 	roundAcked int
 	roundLost  int
-	qdelay     int64 // the queueing delay of the last round that had a sample
-	undrained  int   // rounds since the queue was last seen drained
-	standFrom  int   // the window when the queue last began to stand
-	drained    int   // while competing: drained rounds in a row
+	qdelay     int64   // the queueing delay of the last round that had a sample
+	undrained  int     // rounds since the queue was last seen drained
+	now        int64   // the latest time an event brought
+	roundStart int64   // when the round began; 0 unknown
+	rate       float64 // the last round's delivery rate, packets per ns; 0 unknown
+	standRate  float64 // the delivery rate when the queue last began to stand
+	drained    int     // while competing: drained rounds in a row
 
 	events uint64
 	pace   pacer
@@ -167,11 +171,15 @@ func (c *delayGated) target() int64 { return max(targetDelay, c.minRTT/2) }
 // on loss alone.
 func (c *delayGated) competing() bool { return c.undrained >= competeRounds }
 
-func (c *delayGated) OnPacketSent(now int64) { c.pace.sent(now) }
+func (c *delayGated) OnPacketSent(now int64) {
+	c.now = now
+	c.pace.sent(now)
+}
 
 func (c *delayGated) TimeUntilSend(now int64) int64 { return c.pace.timeUntilSend(now) }
 
 func (c *delayGated) OnRTTSample(now, rtt int64) {
+	c.now = now
 	if rtt <= 0 {
 		return
 	}
@@ -216,6 +224,13 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 		ai := min(max(c.cwnd/32, 1), competeIncrease)
 		if !c.competing() {
 			ai = c.delayIncrease()
+			if c.qdelay > c.target() {
+				// Over the target, the window does not grow (Swift): growth
+				// in the round after each decrease undid it, and held a
+				// flow's own queue over the target until it took the
+				// queue for another flow's.
+				ai = 0
+			}
 			if c.qdelay < c.target()/2 {
 				ai = max(ai, c.cwnd/proportionalGrowth)
 			}
@@ -252,6 +267,11 @@ func (c *delayGated) delayIncrease() int {
 // endRound decides on the round trip that just ended, and starts the
 // next, which ends with the PSNs sent so far.
 func (c *delayGated) endRound(high uint32) {
+	c.rate = 0
+	if d := c.now - c.roundStart; c.roundStart != 0 && d > 0 {
+		c.rate = float64(c.roundAcked) / float64(d)
+	}
+	c.roundStart = c.now
 	if m := minSample(c.roundMin, c.lastMin); m > 0 && c.minRTT > 0 {
 		// The least of two rounds: one delayed sample (a descheduled
 		// receiver) is no queue.
@@ -262,7 +282,7 @@ func (c *delayGated) endRound(high uint32) {
 	case c.qdelay > target:
 		c.drained = 0
 		if c.undrained == 0 {
-			c.standFrom = c.cwnd
+			c.standRate = c.rate
 		}
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
@@ -299,13 +319,18 @@ func (c *delayGated) endRound(high uint32) {
 	case congested && !c.competing():
 		// A queue builds: shrink in proportion to the excess delay
 		// (Swift: by 0.8 × excess/delay, at most half).
-		// The queue this flow builds drains once its window halves: delay
-		// shrinks the window at most to half of what it was when the
-		// queue began to stand, and a queue that stands below that is
-		// another flow's (it competes once competeRounds have passed).
-		f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
-		if w := max(c.cwnd-int(float64(c.cwnd)*min(f, 0.5)), c.standFrom/2); w < c.cwnd {
-			c.reduce(w)
+		// While the queue is this flow's, a smaller window drains it and
+		// the delivery rate holds (the link stays busy). Once the rate
+		// has fallen to half of what it was when the queue began to
+		// stand, and the queue still stands, it is another flow's:
+		// shrinking further only hands it the link, so delay stops
+		// shrinking the window (it competes once competeRounds have
+		// passed).
+		if c.standRate == 0 || c.rate == 0 || c.rate > c.standRate/2 {
+			f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
+			// At least a packet: a small window over a small excess
+			// rounded its decrease to nothing and kept the queue.
+			c.reduce(c.cwnd - max(int(float64(c.cwnd)*min(f, 0.5)), 1))
 		}
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)

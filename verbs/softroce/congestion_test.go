@@ -267,9 +267,9 @@ func TestCongestionStart(t *testing.T) {
 }
 
 // TestCongestionStandingQueueFloor: a queue that stands while the window
-// shrinks is not this flow's; delay shrinks the window at most to half of
-// what it was when the queue began to stand, so the flow starts to
-// compete with half its window, not with the least.
+// shrinks, and the delivery rate with it, is not this flow's; delay stops
+// shrinking the window once the rate has halved, so the flow starts to
+// compete with a quarter to a half of its window, not with the least.
 func TestCongestionStandingQueueFloor(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(3, baseRTT, 0)
@@ -283,8 +283,8 @@ func TestCongestionStandingQueueFloor(t *testing.T) {
 	if !s.c.competing() {
 		t.Fatalf("not competing after %d rounds at a standing queue", competeRounds+2)
 	}
-	if least < 200 {
-		t.Fatalf("the window fell to %d at a queue it could not drain, want at least 200 (half of 400)", least)
+	if least < 100 {
+		t.Fatalf("the window fell to %d at a queue it could not drain, want at least 100 (a quarter of 400)", least)
 	}
 }
 
@@ -316,5 +316,36 @@ func TestCongestionDelayIncreaseSmallPath(t *testing.T) {
 		if got := s.c.Cwnd() - tc.cwnd; got < tc.atLeast || got > tc.atMost {
 			t.Errorf("%s: grew by %d in a round from %d, want %d to %d", tc.name, got, tc.cwnd, tc.atLeast, tc.atMost)
 		}
+	}
+}
+
+// TestCongestionOwnQueueDrains: a flow alone on a slow link (100 Mbit/s,
+// 8.3 packets per ms, 121 µs of base round trip) whose window overshot
+// stands behind its own queue; its delivery rate holds while the window
+// shrinks, so delay shrinks it until the queue is under the target, and
+// the flow never takes its own queue for another's.
+func TestCongestionOwnQueueDrains(t *testing.T) {
+	const perMs = 8.3
+	base := 121 * time.Microsecond
+	s := newCCSim(512)
+	// A round trip at the link: the base, and the queue of the window
+	// past what the base holds.
+	link := func() {
+		queue := max(float64(s.c.Cwnd())/perMs-float64(base)/float64(time.Millisecond), 0)
+		s.round(base+time.Duration(queue*float64(time.Millisecond)), 0)
+	}
+	s.full(1)
+	link()
+	link()
+	s.full(40)
+	for range 3 * competeRounds {
+		link()
+		if s.c.competing() {
+			t.Fatalf("competing with its own queue at a window of %d", s.c.Cwnd())
+		}
+	}
+	// The target queue (1 ms) and the base round trip hold 9.3 packets.
+	if got := s.c.Cwnd(); got > 14 {
+		t.Fatalf("window %d after %d rounds behind its own queue, want at most 14", got, 3*competeRounds)
 	}
 }
