@@ -23,15 +23,20 @@ import (
 //
 //   - Loss while the queue is over the target is congestion: the window
 //     halves (Reno's decrease).
-//   - Loss with no such queue is random: the window shrinks by half that
-//     round's loss share, as window.go's does.
+//   - So is a round that loses a third of its packets or more, whatever
+//     the delay says: a minimum round trip taken behind a queue (the
+//     first window's own at a slow link, another flow's standing queue)
+//     hides the queue from the delay, and random loss that heavy is rare.
+//   - Other loss, with no queue, is random: the window shrinks by half
+//     that round's loss share, as window.go's does.
 //   - With no loss, a queue over the target shrinks the window in
 //     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
 //     half, at least a packet), and does not grow, so that a flow alone
 //     keeps the queue short and drops little. While the queue is the
-//     flow's own, its delivery rate holds as the window shrinks; once the
-//     rate has halved since the queue began to stand and the queue still
-//     stands, the queue is another's, and delay shrinks the window no
+//     flow's own, the round trip falls with the window and the rate
+//     (cwnd per round trip) holds; once the rate has halved since the
+//     queue began to stand and the queue still stands, the queue is
+//     another's, and delay shrinks the window no
 //     further (without this, twelve rounds of delay decrease left a tenth
 //     of the window when competing began).
 //   - A queue that stays over the target for competeRounds round trips,
@@ -137,9 +142,7 @@ type delayGated struct {
 	roundLost  int
 	qdelay     int64   // the queueing delay of the last round that had a sample
 	undrained  int     // rounds since the queue was last seen drained
-	now        int64   // the latest time an event brought
-	roundStart int64   // when the round began; 0 unknown
-	rate       float64 // the last round's delivery rate, packets per ns; 0 unknown
+	rate       float64 // cwnd per round trip at the last round's end, packets per ns; 0 unknown
 	standRate  float64 // the delivery rate when the queue last began to stand
 	drained    int     // while competing: drained rounds in a row
 
@@ -171,15 +174,11 @@ func (c *delayGated) target() int64 { return max(targetDelay, c.minRTT/2) }
 // on loss alone.
 func (c *delayGated) competing() bool { return c.undrained >= competeRounds }
 
-func (c *delayGated) OnPacketSent(now int64) {
-	c.now = now
-	c.pace.sent(now)
-}
+func (c *delayGated) OnPacketSent(now int64) { c.pace.sent(now) }
 
 func (c *delayGated) TimeUntilSend(now int64) int64 { return c.pace.timeUntilSend(now) }
 
 func (c *delayGated) OnRTTSample(now, rtt int64) {
-	c.now = now
 	if rtt <= 0 {
 		return
 	}
@@ -267,15 +266,17 @@ func (c *delayGated) delayIncrease() int {
 // endRound decides on the round trip that just ended, and starts the
 // next, which ends with the PSNs sent so far.
 func (c *delayGated) endRound(high uint32) {
-	c.rate = 0
-	if d := c.now - c.roundStart; c.roundStart != 0 && d > 0 {
-		c.rate = float64(c.roundAcked) / float64(d)
-	}
-	c.roundStart = c.now
 	if m := minSample(c.roundMin, c.lastMin); m > 0 && c.minRTT > 0 {
 		// The least of two rounds: one delayed sample (a descheduled
 		// receiver) is no queue.
 		c.qdelay = m - c.minRTT
+	}
+	// The delivery rate the window and the round trip allow (the least
+	// of two rounds again: acknowledgements counted per round are too
+	// bursty to time).
+	c.rate = 0
+	if rtt := c.minRTT + max(c.qdelay, 0); rtt > 0 {
+		c.rate = float64(c.cwnd) / float64(rtt)
 	}
 	target := c.target()
 	switch {
@@ -294,7 +295,13 @@ func (c *delayGated) endRound(high uint32) {
 	default:
 		c.undrained = 0
 	}
-	congested := c.qdelay > target
+	// A round that loses a third of its packets or more is congestion
+	// whatever the delay says: random loss that heavy is rarer than a
+	// minimum round trip taken behind a queue (the first window's own,
+	// at a slow link; another flow's standing queue), which hides the
+	// queue from the delay.
+	heavy := c.roundLost > 0 && 3*c.roundLost >= c.roundAcked+c.roundLost
+	congested := c.qdelay > target || heavy
 	recovering := c.hold > 0
 	if recovering {
 		c.hold--

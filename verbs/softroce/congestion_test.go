@@ -349,3 +349,34 @@ func TestCongestionOwnQueueDrains(t *testing.T) {
 		t.Fatalf("window %d after %d rounds behind its own queue, want at most 14", got, 3*competeRounds)
 	}
 }
+
+// TestCongestionHeavyLoss: a round that loses a third of its packets or
+// more is congestion even when the delay shows no queue (a minimum round
+// trip taken behind a queue hides it): the window halves and slow start
+// ends. A fifth, as random loss may, is not (TestCongestionRandomLoss).
+func TestCongestionHeavyLoss(t *testing.T) {
+	for _, tc := range []struct {
+		share  float64
+		halved bool
+	}{
+		{0.2, false},
+		{0.3, false},
+		{0.34, true},
+		{0.6, true},
+	} {
+		s := newCCSim(512)
+		s.rounds(3, 3*time.Millisecond, 0) // every sample behind the same queue
+		w := s.c.Cwnd()
+		// lost of the window lost, the rest acknowledged
+		lost := int(float64(w) * tc.share)
+		s.high += uint32(w)
+		s.now += int64(3 * time.Millisecond)
+		s.c.OnRTTSample(s.now, int64(3*time.Millisecond))
+		s.c.OnPacketsLost(lost)
+		s.c.OnPacketsAcked(w-lost, s.high-1, s.high)
+		_, ev := s.c.Stats()
+		if got := ev == 1 && s.c.ssthresh == w/2; got != tc.halved {
+			t.Errorf("%v of a round of %d lost: ssthresh %d, %d events; halved %v, want %v", tc.share, w, s.c.ssthresh, ev, got, tc.halved)
+		}
+	}
+}
