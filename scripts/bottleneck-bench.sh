@@ -12,6 +12,10 @@
 # forwards frame by frame (no GRO), so the queue holds, counts and drops
 # MTU frames, as a router's does. The receiver keeps its defaults.
 #
+# tbf's queue holds RATE × QUEUE plus the burst (iproute2 sets its limit
+# so), so a "2 ms" queue holds 2 ms plus 64 KiB: 7.2 ms at 100 Mbit/s,
+# 3.3 ms at 400 Mbit/s, 2.5 ms at 1 Gbit/s (the progress line says).
+#
 # TOPOLOGY=direct: the first version of this bench, two namespaces joined
 # by a veth with the kernel's offloads, the tbf on the sender's egress. Its
 # queue holds GSO super-packets (up to 64 KiB) and counts a dropped one as
@@ -145,6 +149,17 @@ bottleneck() {
 	tc -n "$QNS" qdisc del dev "$QDEV" root 2>/dev/null || true
 	tc -n "$QNS" qdisc add dev "$QDEV" root tbf rate "$1" burst 64kb latency "$2"
 }
+# queue_ms RATE QUEUE: how long tbf's queue (RATE × QUEUE + 64 KiB) takes
+# to drain at RATE, in ms.
+queue_ms() {
+	awk -v r="$1" -v q="$2" 'BEGIN {
+		n = r + 0; u = tolower(substr(r, length(n "") + 1))
+		if (u ~ /^g/) n *= 1e9; else if (u ~ /^m/) n *= 1e6; else if (u ~ /^k/) n *= 1e3
+		t = q + 0; v = substr(q, length(t "") + 1)
+		if (v == "s") t *= 1000; else if (v == "us") t /= 1000
+		printf "%.1f", t + 65536 * 8 / n * 1000
+	}'
+}
 drops() {
 	tc -n "$QNS" -s -j qdisc show dev "$QDEV" | jq '[.[] | select(.kind == "tbf") | .drops] | add'
 }
@@ -215,7 +230,7 @@ IFS=, read -r -a cases <<<"$CASES"
 for rate in "${rates[@]}"; do
 	for queue in "${queues[@]}"; do
 		for c in "${cases[@]}"; do
-			echo "bottleneck-bench: $rate $queue $c" >&2
+			echo "bottleneck-bench: $rate $queue $c (the queue holds $(queue_ms "$rate" "$queue") ms at the rate)" >&2
 			bottleneck "$rate" "$queue"
 			port=$((port + 10))
 			out=$(flows "$c" "$port" "$rate-$queue")
