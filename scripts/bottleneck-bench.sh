@@ -2,13 +2,29 @@
 # rsock and TCP at a shared bottleneck, printed as a markdown table (as
 # root: it makes network namespaces).
 #
-# Two namespaces joined by a veth (offloads left as the kernel sets them,
-# as on a real NIC: TSO, GSO and checksum offload on); the sender's egress
-# is a token bucket, `tc qdisc add dev … root tbf rate RATE burst 64kb
-# latency QUEUE`: a link of RATE with a queue of QUEUE. For each RATE and
-# QUEUE, five cases, each DURATION long, one stream of 64 KiB writes per
-# flow (rsockbench client -modes stream -sizes 64KiB -conns 1, flows
-# started together):
+# TOPOLOGY=router (the default): sender -> router -> receiver, three
+# namespaces joined by two veths, the bottleneck a token bucket on the
+# router's egress toward the receiver, `tc qdisc add dev … root tbf rate
+# RATE burst 64kb latency QUEUE`: a link of RATE with a queue of QUEUE.
+# Offloads as on real NICs: the sender segments (its veth has TSO and UDP
+# segmentation off, so the kernel's GSO cuts TCP and rsock's UDP batches
+# into MTU frames as a NIC's TSO would put them on the wire); the router
+# forwards frame by frame (no GRO), so the queue holds, counts and drops
+# MTU frames, as a router's does. The receiver keeps its defaults.
+#
+# tbf's queue holds RATE × QUEUE plus the burst (iproute2 sets its limit
+# so), so a "2 ms" queue holds 2 ms plus 64 KiB: 7.2 ms at 100 Mbit/s,
+# 3.3 ms at 400 Mbit/s, 2.5 ms at 1 Gbit/s (the progress line says).
+#
+# TOPOLOGY=direct: the first version of this bench, two namespaces joined
+# by a veth with the kernel's offloads, the tbf on the sender's egress. Its
+# queue holds GSO super-packets (up to 64 KiB) and counts a dropped one as
+# one drop, so its drops are not frames and its queue is not a router's.
+#
+# For each RATE and QUEUE, five cases, each DURATION long, one stream of
+# 64 KiB writes per flow (rsockbench client -modes stream -sizes 64KiB
+# -conns 1, flows started together; rsock over the udp link,
+# RSOCK_LINK=udp, since between hosts auto runs TCP there):
 #
 #   TCP alone, rsock alone, TCP + rsock, two TCP, two rsock
 #
@@ -17,7 +33,7 @@
 # goodput (TCP + rsock only) and Jain's fairness index of the two flows.
 #
 # Settings (environment):
-#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500
+#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
@@ -44,18 +60,28 @@ QUEUES="${QUEUES:-5ms}"
 DURATION="${DURATION:-10s}"
 MTU="${MTU:-1500}"
 CASES="${CASES:-tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock}"
+TOPOLOGY="${TOPOLOGY:-router}"
+export RSOCK_LINK="${RSOCK_LINK:-udp}"
+case "$TOPOLOGY" in
+router | direct) ;;
+*)
+	echo "bottleneck-bench: TOPOLOGY=$TOPOLOGY: router or direct" >&2
+	exit 1
+	;;
+esac
 
 tmp=$(mktemp -d)
 prefix="bneck-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 A="$prefix-a"
 B="$prefix-b"
+R="$prefix-r"
 pids=()
 cleanup() {
 	trap - EXIT INT TERM
 	for p in "${pids[@]}"; do
 		kill -TERM "$p" 2>/dev/null || true
 	done
-	for ns in "$A" "$B"; do
+	for ns in "$A" "$B" "$R"; do
 		for p in $(ip netns pids "$ns" 2>/dev/null); do
 			kill -KILL "$p" 2>/dev/null || true
 		done
@@ -72,38 +98,81 @@ bench="$tmp/rsockbench"
 
 ip netns add "$A"
 ip netns add "$B"
-ip link add veth-a netns "$A" type veth peer name veth-b netns "$B"
-ip -n "$A" addr add 10.77.0.1/24 dev veth-a
-ip -n "$B" addr add 10.77.0.2/24 dev veth-b
 for ns in "$A" "$B"; do
 	ip -n "$ns" link set lo up
 done
-ip -n "$A" link set veth-a mtu "$MTU" up
-ip -n "$B" link set veth-b mtu "$MTU" up
-# The ends know each other's MAC for good: no ARP at the bottleneck.
-mac_a=$(ip -n "$A" -j link show veth-a | jq -r '.[0].address')
-mac_b=$(ip -n "$B" -j link show veth-b | jq -r '.[0].address')
-ip -n "$A" neigh replace 10.77.0.2 lladdr "$mac_b" dev veth-a nud permanent
-ip -n "$B" neigh replace 10.77.0.1 lladdr "$mac_a" dev veth-b nud permanent
+# link NS1 DEV1 ADDR1 NS2 DEV2 ADDR2: a veth between two namespaces, at MTU,
+# whose ends know each other's MAC for good (no ARP at the bottleneck).
+link() {
+	ip link add "$2" netns "$1" type veth peer name "$5" netns "$4"
+	ip -n "$1" addr add "$3/24" dev "$2"
+	ip -n "$4" addr add "$6/24" dev "$5"
+	ip -n "$1" link set "$2" mtu "$MTU" up
+	ip -n "$4" link set "$5" mtu "$MTU" up
+	local mac1 mac2
+	mac1=$(ip -n "$1" -j link show "$2" | jq -r '.[0].address')
+	mac2=$(ip -n "$4" -j link show "$5" | jq -r '.[0].address')
+	ip -n "$1" neigh replace "$6" lladdr "$mac2" dev "$2" nud permanent
+	ip -n "$4" neigh replace "$3" lladdr "$mac1" dev "$5" nud permanent
+}
+if [ "$TOPOLOGY" = direct ]; then
+	link "$A" veth-a 10.77.0.1 "$B" veth-b 10.77.0.2
+	QNS="$A"
+	QDEV=veth-a
+	SERVER=10.77.0.2
+else
+	if ! command -v ethtool >/dev/null; then
+		echo "bottleneck-bench: ethtool is missing (apt-get install ethtool)" >&2
+		exit 1
+	fi
+	ip netns add "$R"
+	ip -n "$R" link set lo up
+	ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+	link "$A" veth-a 10.77.0.1 "$R" veth-ra 10.77.0.254
+	link "$R" veth-rb 10.77.1.254 "$B" veth-b 10.77.1.2
+	ip -n "$A" route add 10.77.1.0/24 via 10.77.0.254
+	ip -n "$B" route add 10.77.0.0/24 via 10.77.1.254
+	# The sender's frames leave at MTU size, as a NIC's TSO puts them on
+	# the wire; the router forwards them one by one.
+	ip netns exec "$A" ethtool -K veth-a tso off tx-udp-segmentation off >/dev/null 2>&1 || true
+	for d in veth-ra veth-rb; do
+		ip netns exec "$R" ethtool -K "$d" gro off tso off gso off tx-udp-segmentation off >/dev/null 2>&1 || true
+	done
+	QNS="$R"
+	QDEV=veth-rb
+	SERVER=10.77.1.2
+fi
 
-# bottleneck RATE QUEUE: a fresh token bucket on A's egress (counters at 0).
+# bottleneck RATE QUEUE: a fresh token bucket on the queue's device
+# (counters at 0).
 bottleneck() {
-	tc -n "$A" qdisc del dev veth-a root 2>/dev/null || true
-	tc -n "$A" qdisc add dev veth-a root tbf rate "$1" burst 64kb latency "$2"
+	tc -n "$QNS" qdisc del dev "$QDEV" root 2>/dev/null || true
+	tc -n "$QNS" qdisc add dev "$QDEV" root tbf rate "$1" burst 64kb latency "$2"
+}
+# queue_ms RATE QUEUE: how long tbf's queue (RATE × QUEUE + 64 KiB) takes
+# to drain at RATE, in ms.
+queue_ms() {
+	awk -v r="$1" -v q="$2" 'BEGIN {
+		n = r + 0; u = tolower(substr(r, length(n "") + 1))
+		if (u ~ /^g/) n *= 1e9; else if (u ~ /^m/) n *= 1e6; else if (u ~ /^k/) n *= 1e3
+		t = q + 0; v = substr(q, length(t "") + 1)
+		if (v == "s") t *= 1000; else if (v == "us") t /= 1000
+		printf "%.1f", t + 65536 * 8 / n * 1000
+	}'
 }
 drops() {
-	tc -n "$A" -s -j qdisc show dev veth-a | jq '[.[] | select(.kind == "tbf") | .drops] | add'
+	tc -n "$QNS" -s -j qdisc show dev "$QDEV" | jq '[.[] | select(.kind == "tbf") | .drops] | add'
 }
 
 port=18600
-# flows CASE: runs the case's flows together; prints "transport gbps" per
-# flow, in order.
+# flows CASE PORT NAME: runs the case's flows together, on ports from PORT up;
+# prints "transport gbps" per flow, in order.
 flows() {
-	local i=0 kinds=() servers=() clients=() files=()
+	local i=0 kinds=() servers=() clients=() files=() port=$2
 	IFS=+ read -r -a kinds <<<"$1"
 	for k in "${kinds[@]}"; do
 		port=$((port + 2))
-		ip netns exec "$B" "$bench" server -addr "10.77.0.2:$port" -sessions 1 >"$tmp/server$i.out" 2>&1 &
+		ip netns exec "$B" "$bench" server -addr "$SERVER:$port" -sessions 1 >"$tmp/server$i.out" 2>&1 &
 		servers+=($!)
 		pids+=($!)
 		i=$((i + 1))
@@ -121,7 +190,7 @@ flows() {
 	for k in "${kinds[@]}"; do
 		p=$((p + 2))
 		rm -f "$tmp/flow$i.json"
-		ip netns exec "$A" "$bench" client -addr "10.77.0.2:$p" -transports "$k" -modes stream \
+		ip netns exec "$A" "$bench" client -addr "$SERVER:$p" -transports "$k" -modes stream \
 			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" >"$tmp/client$i.out" 2>&1 &
 		clients+=($!)
 		pids+=($!)
@@ -132,7 +201,8 @@ flows() {
 	if [ -n "${LOGDIR:-}" ]; then
 		mkdir -p "$LOGDIR"
 		for j in $(seq 0 $((i - 1))); do
-			cp "$tmp/client$j.out" "$LOGDIR/$1-$j.client"
+			cp "$tmp/client$j.out" "$LOGDIR/$3-$1-$j.client"
+			cp "$tmp/server$j.out" "$LOGDIR/$3-$1-$j.server"
 		done
 	fi
 	for s in "${servers[@]}"; do
@@ -145,13 +215,13 @@ flows() {
 			jq -r '"\(.conn_transport) \(.gbps)"' "$f" | head -1
 		else
 			echo "error 0"
-			echo "bottleneck-bench: flow $i of $1 failed: $(tail -1 "$tmp/client$i.out")" >&2
+			echo "bottleneck-bench: flow $i of $1 failed: $(tail -1 "$tmp/client$i.out") (server: $(tail -1 "$tmp/server$i.out"))" >&2
 		fi
 		i=$((i + 1))
 	done
 }
 
-echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case" >&2
+echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY" >&2
 echo "| rate | queue | case | goodput GB/s | drops at the bottleneck | rsock's share | Jain's index |"
 echo "| --- | --- | --- | --- | ---: | ---: | ---: |"
 IFS=, read -r -a rates <<<"$RATES"
@@ -160,9 +230,10 @@ IFS=, read -r -a cases <<<"$CASES"
 for rate in "${rates[@]}"; do
 	for queue in "${queues[@]}"; do
 		for c in "${cases[@]}"; do
-			echo "bottleneck-bench: $rate $queue $c" >&2
+			echo "bottleneck-bench: $rate $queue $c (the queue holds $(queue_ms "$rate" "$queue") ms at the rate)" >&2
 			bottleneck "$rate" "$queue"
-			out=$(flows "$c")
+			port=$((port + 10))
+			out=$(flows "$c" "$port" "$rate-$queue")
 			d=$(drops)
 			# Pair each flow with what it ran on, and compute the share and Jain's index.
 			row=$(echo "$out" | awk -v kinds="$c" '

@@ -23,11 +23,22 @@ import (
 //
 //   - Loss while the queue is over the target is congestion: the window
 //     halves (Reno's decrease).
-//   - Loss with no such queue is random: the window shrinks by half that
-//     round's loss share, as window.go's does.
+//   - So is a round that loses a third of its packets or more, whatever
+//     the delay says: a minimum round trip taken behind a queue (the
+//     first window's own at a slow link, another flow's standing queue)
+//     hides the queue from the delay, and random loss that heavy is rare.
+//   - Other loss, with no queue, is random: the window shrinks by half
+//     that round's loss share, as window.go's does.
 //   - With no loss, a queue over the target shrinks the window in
 //     proportion to the excess (Swift: by 0.8 × excess/delay, at most by
-//     half), so that a flow alone keeps the queue short and drops little.
+//     half, at least a packet), and does not grow, so that a flow alone
+//     keeps the queue short and drops little. While the queue is the
+//     flow's own, the round trip falls with the window and the rate
+//     (cwnd per round trip) holds; once the rate has halved since the
+//     queue began to stand and the queue still stands, the queue is
+//     another's, and delay shrinks the window no
+//     further (without this, twelve rounds of delay decrease left a tenth
+//     of the window when competing began).
 //   - A queue that stays over the target for competeRounds round trips,
 //     although the window shrank, is kept full by another flow that
 //     fills queues (TCP): the controller stops yielding to delay and
@@ -40,8 +51,10 @@ import (
 //     mode switch, with hysteresis).
 //   - A reduction is not repeated for the round trip after it, whose
 //     evidence was sent before it took effect (Reno's recovery).
-//   - Growth is eight packets per round trip while yielding to delay
-//     (additive, so that rsock flows converge to fair shares), an eighth
+//   - Growth is up to eight packets per round trip while yielding to
+//     delay (additive, so that rsock flows converge to fair shares; no
+//     more than a quarter of the packets the target queue holds, so that
+//     a slow path's small queue is not filled in one step), an eighth
 //     of the window when no queue is seen at all, and doubling per round
 //     trip in slow start: from initialWindow, and after a timeout. Random
 //     loss does not end slow start; a queue over the target or a loss
@@ -124,12 +137,14 @@ type delayGated struct {
 	roundEnd   uint32 // the round ends once this PSN is acknowledged
 	roundMin   int64  // the least round trip sampled in the round; 0 none
 	lastMin    int64  // the same of the previous round
-	recovering bool   // the window was reduced at the end of the last round
+	hold       int    // rounds left whose losses answer for the last reduction
 	roundAcked int
 	roundLost  int
-	qdelay     int64 // the queueing delay of the last round that had a sample
-	undrained  int   // rounds since the queue was last seen drained
-	drained    int   // while competing: drained rounds in a row
+	qdelay     int64   // the queueing delay of the last round that had a sample
+	undrained  int     // rounds since the queue was last seen drained
+	rate       float64 // cwnd per round trip at the last round's end, packets per ns; 0 unknown
+	standRate  float64 // the delivery rate when the queue last began to stand
+	drained    int     // while competing: drained rounds in a row
 
 	events uint64
 	pace   pacer
@@ -200,14 +215,21 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 		c.cwnd = min(c.cwnd+n, c.ssthresh)
 	default:
 		// Packets added per round trip: Reno's one while competing,
-		// eight while yielding to delay (additive, so that flows
+		// up to eight while yielding to delay (additive, so that flows
 		// converge to fair shares), an eighth of the window while no
 		// queue builds at all.
 		// While competing: up to competeIncrease, less for a window that
 		// is small (a short path), where a fixed step would be too much.
 		ai := min(max(c.cwnd/32, 1), competeIncrease)
 		if !c.competing() {
-			ai = delayIncrease
+			ai = c.delayIncrease()
+			if c.qdelay > c.target() {
+				// Over the target, the window does not grow (Swift): growth
+				// in the round after each decrease undid it, and held a
+				// flow's own queue over the target until it took the
+				// queue for another flow's.
+				ai = 0
+			}
 			if c.qdelay < c.target()/2 {
 				ai = max(ai, c.cwnd/proportionalGrowth)
 			}
@@ -224,6 +246,23 @@ func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 	c.setPacing()
 }
 
+// delayIncrease is the additive increase per round trip while the
+// controller yields to delay: delayIncrease packets, but no more than a
+// quarter of the packets the target queue holds at the flow's rate
+// (cwnd × target / the last rounds' round trip), at least one. At 100 Mbit/s a 2 ms router queue
+// holds 16 packets: eight more per round trip would fill half of it
+// before the delay of the next round trip could say so.
+func (c *delayGated) delayIncrease() int {
+	rtt := c.srtt
+	if c.minRTT > 0 {
+		rtt = c.minRTT + max(c.qdelay, 0)
+	}
+	if rtt <= 0 {
+		return delayIncrease
+	}
+	return min(delayIncrease, max(1, int(int64(c.cwnd)*c.target()/(4*rtt))))
+}
+
 // endRound decides on the round trip that just ended, and starts the
 // next, which ends with the PSNs sent so far.
 func (c *delayGated) endRound(high uint32) {
@@ -232,10 +271,20 @@ func (c *delayGated) endRound(high uint32) {
 		// receiver) is no queue.
 		c.qdelay = m - c.minRTT
 	}
+	// The delivery rate the window and the round trip allow (the least
+	// of two rounds again: acknowledgements counted per round are too
+	// bursty to time).
+	c.rate = 0
+	if rtt := c.minRTT + max(c.qdelay, 0); rtt > 0 {
+		c.rate = float64(c.cwnd) / float64(rtt)
+	}
 	target := c.target()
 	switch {
 	case c.qdelay > target:
 		c.drained = 0
+		if c.undrained == 0 {
+			c.standRate = c.rate
+		}
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
 		// Competing ends after drainRounds drained rounds in a row, so
@@ -246,9 +295,17 @@ func (c *delayGated) endRound(high uint32) {
 	default:
 		c.undrained = 0
 	}
-	congested := c.qdelay > target
-	recovering := c.recovering
-	c.recovering = false
+	// A round that loses a third of its packets or more is congestion
+	// whatever the delay says: random loss that heavy is rarer than a
+	// minimum round trip taken behind a queue (the first window's own,
+	// at a slow link; another flow's standing queue), which hides the
+	// queue from the delay.
+	heavy := c.roundLost > 0 && 3*c.roundLost >= c.roundAcked+c.roundLost
+	congested := c.qdelay > target || heavy
+	recovering := c.hold > 0
+	if recovering {
+		c.hold--
+	}
 	switch {
 	case recovering:
 		// This round's evidence was sent before the last reduction took
@@ -269,8 +326,19 @@ func (c *delayGated) endRound(high uint32) {
 	case congested && !c.competing():
 		// A queue builds: shrink in proportion to the excess delay
 		// (Swift: by 0.8 × excess/delay, at most half).
-		f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
-		c.reduce(c.cwnd - int(float64(c.cwnd)*min(f, 0.5)))
+		// While the queue is this flow's, a smaller window drains it and
+		// the delivery rate holds (the link stays busy). Once the rate
+		// has fallen to half of what it was when the queue began to
+		// stand, and the queue still stands, it is another flow's:
+		// shrinking further only hands it the link, so delay stops
+		// shrinking the window (it competes once competeRounds have
+		// passed).
+		if c.standRate == 0 || c.rate == 0 || c.rate > c.standRate/2 {
+			f := 0.8 * float64(c.qdelay-target) / float64(c.qdelay)
+			// At least a packet: a small window over a small excess
+			// rounded its decrease to nothing and kept the queue.
+			c.reduce(c.cwnd - max(int(float64(c.cwnd)*min(f, 0.5)), 1))
+		}
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)
 	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0
@@ -290,7 +358,7 @@ func (c *delayGated) reduce(w int) {
 	c.ssthresh = c.cwnd
 	c.acked = 0
 	c.events++
-	c.recovering = true
+	c.hold = 1
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
@@ -300,7 +368,7 @@ func (c *delayGated) OnTimeout(high uint32) {
 	c.events++
 	c.roundEnd = psnAdd(high, wire.PSNMask)
 	c.roundAcked, c.roundLost, c.roundMin, c.lastMin = 0, 0, 0, 0
-	c.recovering = true
+	c.hold = 1
 	c.setPacing()
 }
 

@@ -265,3 +265,118 @@ func TestCongestionStart(t *testing.T) {
 		t.Fatalf("6 rounds of slow start at 5%% random loss: cwnd %d, want 512", s.c.Cwnd())
 	}
 }
+
+// TestCongestionStandingQueueFloor: a queue that stands while the window
+// shrinks, and the delivery rate with it, is not this flow's; delay stops
+// shrinking the window once the rate has halved, so the flow starts to
+// compete with a quarter to a half of its window, not with the least.
+func TestCongestionStandingQueueFloor(t *testing.T) {
+	s := newCCSim(512)
+	s.rounds(3, baseRTT, 0)
+	s.full(400)
+	full := baseRTT + 5*time.Millisecond
+	least := s.c.Cwnd()
+	for range competeRounds + 2 {
+		s.round(full, 0)
+		least = min(least, s.c.Cwnd())
+	}
+	if !s.c.competing() {
+		t.Fatalf("not competing after %d rounds at a standing queue", competeRounds+2)
+	}
+	if least < 100 {
+		t.Fatalf("the window fell to %d at a queue it could not drain, want at least 100 (a quarter of 400)", least)
+	}
+}
+
+// TestCongestionDelayIncreaseSmallPath: while a queue stands under the
+// target, the window grows by at most a quarter of the packets the target
+// queue holds at the flow's rate: on a slow path (12 packets per 1.2 ms,
+// 100 Mbit/s) that is 2 packets per round trip, not delayIncrease, which
+// would fill half of a 2 ms queue per round trip.
+func TestCongestionDelayIncreaseSmallPath(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		base    time.Duration
+		cwnd    int
+		atLeast int
+		atMost  int
+	}{
+		{"100 Mbit/s, 2 ms queue", 250 * time.Microsecond, 12, 1, 3},
+		{"datacenter, a window of 800", baseRTT, 800, delayIncrease - 1, delayIncrease + 1},
+	} {
+		s := newCCSim(1 << 20)
+		s.rounds(30, tc.base, 0)
+		queued := tc.base + 700*time.Microsecond // under the 1 ms target, over half of it
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		s.full(tc.cwnd)
+		s.round(queued, 0)
+		if got := s.c.Cwnd() - tc.cwnd; got < tc.atLeast || got > tc.atMost {
+			t.Errorf("%s: grew by %d in a round from %d, want %d to %d", tc.name, got, tc.cwnd, tc.atLeast, tc.atMost)
+		}
+	}
+}
+
+// TestCongestionOwnQueueDrains: a flow alone on a slow link (100 Mbit/s,
+// 8.3 packets per ms, 121 µs of base round trip) whose window overshot
+// stands behind its own queue; its delivery rate holds while the window
+// shrinks, so delay shrinks it until the queue is under the target, and
+// the flow never takes its own queue for another's.
+func TestCongestionOwnQueueDrains(t *testing.T) {
+	const perMs = 8.3
+	base := 121 * time.Microsecond
+	s := newCCSim(512)
+	// A round trip at the link: the base, and the queue of the window
+	// past what the base holds.
+	link := func() {
+		queue := max(float64(s.c.Cwnd())/perMs-float64(base)/float64(time.Millisecond), 0)
+		s.round(base+time.Duration(queue*float64(time.Millisecond)), 0)
+	}
+	s.full(1)
+	link()
+	link()
+	s.full(40)
+	for range 3 * competeRounds {
+		link()
+		if s.c.competing() {
+			t.Fatalf("competing with its own queue at a window of %d", s.c.Cwnd())
+		}
+	}
+	// The target queue (1 ms) and the base round trip hold 9.3 packets.
+	if got := s.c.Cwnd(); got > 14 {
+		t.Fatalf("window %d after %d rounds behind its own queue, want at most 14", got, 3*competeRounds)
+	}
+}
+
+// TestCongestionHeavyLoss: a round that loses a third of its packets or
+// more is congestion even when the delay shows no queue (a minimum round
+// trip taken behind a queue hides it): the window halves and slow start
+// ends. A fifth, as random loss may, is not (TestCongestionRandomLoss).
+func TestCongestionHeavyLoss(t *testing.T) {
+	for _, tc := range []struct {
+		share  float64
+		halved bool
+	}{
+		{0.2, false},
+		{0.3, false},
+		{0.34, true},
+		{0.6, true},
+	} {
+		s := newCCSim(512)
+		s.rounds(3, 3*time.Millisecond, 0) // every sample behind the same queue
+		w := s.c.Cwnd()
+		// lost of the window lost, the rest acknowledged
+		lost := int(float64(w) * tc.share)
+		s.high += uint32(w)
+		s.now += int64(3 * time.Millisecond)
+		s.c.OnRTTSample(s.now, int64(3*time.Millisecond))
+		s.c.OnPacketsLost(lost)
+		s.c.OnPacketsAcked(w-lost, s.high-1, s.high)
+		_, ev := s.c.Stats()
+		if got := ev == 1 && s.c.ssthresh == w/2; got != tc.halved {
+			t.Errorf("%v of a round of %d lost: ssthresh %d, %d events; halved %v, want %v", tc.share, w, s.c.ssthresh, ev, got, tc.halved)
+		}
+	}
+}

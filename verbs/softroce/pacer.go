@@ -4,9 +4,15 @@ import "time"
 
 // pacer spreads a window's packets over the round trip: a token bucket
 // that fills at one packet per interval and holds at most a burst, the
-// packets that take burstTime at the pacing rate (at least minBurst, at
-// most txBatch: what the link sends in one GSO batch). So the udp link's
-// batches leave paced, and no burst is larger than the rate allows.
+// packets that take burstTime at the pacing rate (at least minBurst). So
+// the udp link's batches leave paced, and no burst is larger than the
+// rate allows over burstTime.
+//
+// The bucket holds burstTime even when that is many GSO batches: the
+// requester waits for credit on the runtime's timer, which wakes it tens
+// to hundreds of µs late, and a bucket of one batch (32 packets) lost the
+// credit of that lateness: on a clean path, where the window and not the
+// rate limits, it capped a flow at a batch per wake-up.
 type pacer struct {
 	interval int64 // ns per packet; 0: not paced
 	credit   int64 // ns of sending earned and not spent
@@ -26,7 +32,7 @@ const (
 // setInterval paces one packet per interval ns (0: not at all).
 func (p *pacer) setInterval(interval int64) {
 	p.interval = max(interval, 0)
-	p.burst = min(max(burstTime, minBurst*p.interval), txBatch*p.interval)
+	p.burst = max(burstTime, minBurst*p.interval)
 	p.credit = min(p.credit, p.burst)
 }
 

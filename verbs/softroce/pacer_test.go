@@ -6,8 +6,9 @@ import (
 )
 
 // TestPacer: a token bucket of one packet per interval that holds at
-// most burstTime of packets (between minBurst and txBatch of them), and
-// lets a resend run it into debt that later packets wait out.
+// most burstTime of packets (at least minBurst of them, and more than a
+// GSO batch when the rate is high), and lets a resend run it into debt
+// that later packets wait out.
 func TestPacer(t *testing.T) {
 	const us = int64(time.Microsecond)
 	for _, tc := range []struct {
@@ -15,7 +16,8 @@ func TestPacer(t *testing.T) {
 		burst    int // packets that go at once after an idle time
 	}{
 		{0, -1},        // not paced
-		{10 * us, 32},  // 100 packets per burstTime: txBatch
+		{us, 1000},     // 1000 packets per burstTime: more than a GSO batch (txBatch)
+		{10 * us, 100}, // 100 packets per burstTime
 		{100 * us, 10}, // burstTime at the rate
 		{2 * time.Millisecond.Nanoseconds(), minBurst}, // slower than burstTime per packet
 	} {
@@ -23,12 +25,12 @@ func TestPacer(t *testing.T) {
 		p.setInterval(tc.interval)
 		now := int64(time.Second)
 		n := 0
-		for p.timeUntilSend(now) == 0 && n < 1000 {
+		for p.timeUntilSend(now) == 0 && n < 2000 {
 			p.sent(now)
 			n++
 		}
 		if tc.burst < 0 {
-			if n != 1000 {
+			if n != 2000 {
 				t.Errorf("unpaced: held after %d packets", n)
 			}
 			continue
@@ -50,7 +52,7 @@ func TestPacer(t *testing.T) {
 	var p pacer
 	p.setInterval(10 * us)
 	now := int64(time.Second)
-	for range 32 + 5 {
+	for range 100 + 5 {
 		p.sent(now)
 	}
 	if w := p.timeUntilSend(now); w != 60*us {
