@@ -118,7 +118,7 @@ func TestShmOfferHostile(t *testing.T) {
 	for name, mutate := range map[string]func(h *fallback.Hello){
 		"path":       func(h *fallback.Hello) { h.ShmSocket = "/tmp/some.sock" },
 		"other-name": func(h *fallback.Hello) { h.ShmSocket = "vpp-api" },
-		"no-channel": func(h *fallback.Hello) { h.ShmSocket, h.ShmChannel = "", 0xdeadbeef },
+		"no-channel": func(h *fallback.Hello) { h.ShmSocket, h.ShmChannel, h.ShmToken = "", 0xdeadbeef, newShmToken() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})

@@ -402,6 +402,8 @@ func (d *Device) handle(m *msg, fd int) error {
 		if over {
 			return bad("more out-of-line messages than ring entries for queue pair %#x", m.a)
 		}
+	case msgBind:
+		d.binds.add(binding{m.x, m.y}, time.Now())
 	default:
 		return bad("unexpected message type %d", m.typ)
 	}

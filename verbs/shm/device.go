@@ -66,6 +66,7 @@ type Device struct {
 	peerMRs   map[uint32]*remoteMR
 	nextPD    uint32
 	pendingAk map[uint32]int // our destroyed QPs' slots, until the peer acknowledges
+	binds     bindings       // what the peer bound to its connections (Bind), until taken
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // by lkey
