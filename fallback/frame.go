@@ -7,8 +7,9 @@
 // [Preface] followed by a Hello frame describing its RDMA endpoint. The
 // listener answers with a Reply frame (Accept with its own Hello, or Decline
 // with a reason). Whatever the outcome, the TCP connection stays open: as the
-// liveness channel while data moves over RDMA, or as the data path itself when
-// RDMA is not possible.
+// liveness channel while data moves over RDMA (a same-host shm connection,
+// whose channel tells liveness, closes it after the handshake), or as the
+// data path itself when RDMA is not possible.
 //
 // The package knows nothing about RDMA verbs. The Hello fields are carried
 // and range-checked, not interpreted.
