@@ -205,7 +205,7 @@ func (shmOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline 
 			return nil, err
 		}
 		h.ShmChannel, h.ShmToken = c.dev.ChannelID(), token
-		return &shmPending{peer: peer, ch: c, dialer: dialer, listener: listener}, nil
+		return &shmPending{ch: c, dialer: dialer, listener: listener}, nil
 	}
 	ln, err := listenShm(shmConfig(peer, deadline))
 	if err != nil {
@@ -214,7 +214,7 @@ func (shmOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline 
 		}
 		return nil, err
 	}
-	p := &shmPending{peer: peer, remote: peer.Remote, ln: ln, done: make(chan struct{}), opener: opener}
+	p := &shmPending{remote: peer.Remote, ln: ln, done: make(chan struct{}), opener: opener}
 	go p.acceptOne()
 	h.ShmSocket = ln.Name()
 	return p, nil
@@ -316,9 +316,8 @@ func (shmOps) bindReply(tcp net.Conn, offer, reply *fallback.Hello, sd *sharedDe
 type shmPending struct {
 	dialer   netip.AddrPort // the TCP connection's ends
 	listener netip.AddrPort
-	peer     *peercred.Expect
-	remote   netip.AddrPort
-	ch       *shmChannel // a referenced channel, until accept passes it on
+	remote   netip.AddrPort // the listener's address: the registry's key
+	ch       *shmChannel    // a referenced channel, until accept passes it on
 	ln       *shm.Listener
 	done     chan struct{} // closed when acceptOne ended
 	dev      *shm.Device   // the accepted channel, until taken

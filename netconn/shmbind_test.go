@@ -78,28 +78,28 @@ func helloReuse(t *testing.T, ln net.Listener, ch *shmChannel, token [16]byte, b
 // taken only if the channel's peer process bound this very TCP
 // connection to it with the Hello's token (shmbind.go). A third party's
 // guessed token, a binding of another connection (a replayed Hello), a
-// binding with the listener's label, and a binding already taken are
+// binding with another token, a binding with the listener's label, and
+// a binding already taken are
 // refused with FallbackShmBinding, at once; the one correct binding is
 // taken, and the listener's Accept is bound back to the connection.
 func TestShmReuseBinding(t *testing.T) {
-	var checkRefused func(t *testing.T, reply *fallback.Reply, s *Conn)
 	ln := listen(t, ListenConfig{Link: LinkAuto, Stream: streamSmall})
 	ch := dialerChannel(t, ln)
+	// refused(t)(helloReuse(...)) checks that the proposal was declined
+	// with FallbackShmBinding and the listener's conn runs on TCP.
 	refused := func(t *testing.T) func(*fallback.Reply, *Conn) {
-		return func(reply *fallback.Reply, s *Conn) { checkRefused(t, reply, s) }
-	}
-	_ = refused
-	checkRefused = func(t *testing.T, reply *fallback.Reply, s *Conn) {
-		t.Helper()
-		if reply.Accept {
-			t.Fatal("the listener took an unbound proposal to reuse its channel")
-		}
-		if !strings.HasPrefix(reply.Reason, FallbackShmBinding+":") {
-			t.Fatalf("decline %q, want kind %s", reply.Reason, FallbackShmBinding)
-		}
-		var fe *FallbackError
-		if transport(s) != "tcp" || !errors.As(s.FallbackError(), &fe) || fe.Kind != FallbackShmBinding || fe.Side != SideListener {
-			t.Fatalf("listener's conn: %q, %v", transport(s), s.FallbackError())
+		return func(reply *fallback.Reply, s *Conn) {
+			t.Helper()
+			if reply.Accept {
+				t.Fatal("the listener took an unbound proposal to reuse its channel")
+			}
+			if !strings.HasPrefix(reply.Reason, FallbackShmBinding+":") {
+				t.Fatalf("decline %q, want kind %s", reply.Reason, FallbackShmBinding)
+			}
+			var fe *FallbackError
+			if transport(s) != "tcp" || !errors.As(s.FallbackError(), &fe) || fe.Kind != FallbackShmBinding || fe.Side != SideListener {
+				t.Fatalf("listener's conn: %q, %v", transport(s), s.FallbackError())
+			}
 		}
 	}
 	bindAs := func(role byte, token [16]byte, dialer, listener netip.AddrPort) {
