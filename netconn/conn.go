@@ -55,7 +55,7 @@ func newTCPConn(c net.Conn, why *FallbackError) *Conn {
 // peer that gives a connection up (a listener whose handshake failed
 // after the dialer confirmed, or any Close) destroys its queue pair,
 // which fails ours once what it sent before is read (verbs/shm
-// ErrQPGone). So an shm connection holds no descriptor and no goroutine
+// ErrQPGone). So an shm connection holds no TCP socket and no goroutine
 // of its own. Over the other providers a goroutine reads the control
 // connection, whose end is how a peer's death shows (watchControl).
 func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {

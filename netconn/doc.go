@@ -40,7 +40,7 @@
 // keeps its addresses): the channel's own socket fails every stream on it
 // when the peer process dies, and a peer that gives one connection up
 // destroys its queue pair, which fails ours once what it sent before is
-// read; an shm connection holds no descriptor or goroutine of its own.
+// read; an shm connection holds no TCP socket or goroutine of its own.
 // Data goes over RDMA. A dialer that reaches a plain TCP server reconnects
 // plainly and remembers that address for a while. A Decline, a provider
 // that cannot start, or a failed queue pair setup leaves both sides on the
