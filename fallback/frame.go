@@ -7,8 +7,9 @@
 // [Preface] followed by a Hello frame describing its RDMA endpoint. The
 // listener answers with a Reply frame (Accept with its own Hello, or Decline
 // with a reason). Whatever the outcome, the TCP connection stays open: as the
-// liveness channel while data moves over RDMA, or as the data path itself when
-// RDMA is not possible.
+// liveness channel while data moves over RDMA (a same-host shm connection,
+// whose channel tells liveness, closes it after the handshake), or as the
+// data path itself when RDMA is not possible.
 //
 // The package knows nothing about RDMA verbs. The Hello fields are carried
 // and range-checked, not interpreted.
@@ -41,7 +42,7 @@
 //	..      extensions, in capability bit order, each present only when
 //	        its bit is set; bytes after the known ones are skipped:
 //	        CapMemif: 1+s MemifSocket, then 1+t MemifSecret
-//	        CapShm: 1+u ShmSocket, then 8 ShmChannel
+//	        CapShm: 1+u ShmSocket, then 8 ShmChannel, then 16 ShmToken
 //
 // A Reply body (version 1):
 //
@@ -88,7 +89,8 @@ const (
 	// verbs/shm channel: a fresh one on the abstract socket ShmSocket, or
 	// the live channel ShmChannel between the two processes; the peer
 	// answers with a Hello whose Provider and Link are "shm" when it took
-	// it.
+	// it (and, when it reused a channel, ShmChannel and its own
+	// ShmToken).
 	CapShm uint32 = 1 << 4
 )
 
@@ -221,6 +223,11 @@ type Hello struct {
 	// channel to reuse (non-zero); exactly one of the two is set.
 	ShmSocket  string
 	ShmChannel uint64
+	// ShmToken, with ShmChannel, is the fresh random token that binds
+	// this connection to the channel: the sender sent a binding derived
+	// from it and the connection's addresses over the channel. Non-zero
+	// with ShmChannel, zero with ShmSocket.
+	ShmToken [16]byte
 }
 
 func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
@@ -308,8 +315,13 @@ func (h *Hello) Validate() error {
 			if err := checkPrintable("ShmSocket", h.ShmSocket, MaxShmSocketLen); err != nil {
 				return err
 			}
+			if h.ShmToken != ([16]byte{}) {
+				return fieldErr("ShmToken", "set with a socket")
+			}
+		case h.ShmToken == ([16]byte{}):
+			return fieldErr("ShmToken", "zero with a channel")
 		}
-	} else if h.ShmSocket != "" || h.ShmChannel != 0 {
+	} else if h.ShmSocket != "" || h.ShmChannel != 0 || h.ShmToken != ([16]byte{}) {
 		return fieldErr("ShmSocket", "set without CapShm")
 	}
 	return nil
@@ -354,6 +366,7 @@ func appendHelloBody(b []byte, h *Hello) []byte {
 	if h.Capabilities&CapShm != 0 {
 		b = appendString(b, h.ShmSocket)
 		b = be.AppendUint64(b, h.ShmChannel)
+		b = append(b, h.ShmToken[:]...)
 	}
 	return b
 }
@@ -475,6 +488,11 @@ func parseHelloBody(version uint16, p []byte) (*Hello, error) {
 			return nil, errorf(ErrMalformed, "hello body ends inside ShmChannel")
 		}
 		h.ShmChannel = be.Uint64(rest)
+		rest = rest[8:]
+		if len(rest) < len(h.ShmToken) {
+			return nil, errorf(ErrMalformed, "hello body ends inside ShmToken")
+		}
+		copy(h.ShmToken[:], rest)
 	}
 	// Any remaining bytes are extensions this version does not know.
 	if err := h.Validate(); err != nil {

@@ -58,6 +58,9 @@ func extremeHellos() map[string]*Hello {
 	shmReuse := testHello()
 	shmReuse.Capabilities |= CapShm
 	shmReuse.ShmChannel = math.MaxUint64
+	for i := range shmReuse.ShmToken {
+		shmReuse.ShmToken[i] = byte(0xF0 + i)
+	}
 
 	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif, "shm-dial": shmDial, "shm-reuse": shmReuse}
 }
@@ -143,6 +146,51 @@ func TestShmWithoutCap(t *testing.T) {
 		if err := h.Validate(); !errors.As(err, &fe) || fe.Field != "ShmSocket" {
 			t.Fatalf("Validate = %v, want a ShmSocket field error", err)
 		}
+	}
+}
+
+// TestShmToken: a channel to reuse comes with a token, a socket without
+// one, and the token survives the round trip.
+func TestShmToken(t *testing.T) {
+	cases := []struct {
+		name    string
+		mutate  func(*Hello)
+		invalid bool
+	}{
+		{"channel and token", func(h *Hello) { h.ShmChannel, h.ShmToken[15] = 7, 1 }, false},
+		{"channel without token", func(h *Hello) { h.ShmChannel = 7 }, true},
+		{"socket and token", func(h *Hello) { h.ShmSocket, h.ShmToken[0] = "s", 1 }, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := testHello()
+			h.Capabilities |= CapShm
+			c.mutate(h)
+			err := h.Validate()
+			var fe *FieldError
+			if c.invalid {
+				if !errors.As(err, &fe) || fe.Field != "ShmToken" {
+					t.Fatalf("Validate = %v, want a ShmToken field error", err)
+				}
+				// The decoder refuses it too.
+				if _, err := ReadHello(bytes.NewReader(AppendHello(nil, h))); !errors.Is(err, ErrMalformed) {
+					t.Fatalf("ReadHello = %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ReadHello(bytes.NewReader(AppendHello(nil, h)))
+			if err != nil || got.ShmToken != h.ShmToken || got.ShmChannel != h.ShmChannel {
+				t.Fatalf("round trip: %+v, %v", got, err)
+			}
+		})
+	}
+	h := testHello()
+	h.ShmToken[3] = 1
+	if err := h.Validate(); err == nil {
+		t.Fatal("a token without CapShm validated")
 	}
 }
 

@@ -13,9 +13,12 @@ import (
 )
 
 // Conn is a connection from Dial or a Listener's Accept: an RDMA stream
-// with a TCP control connection, or a plain TCP connection.
+// with a TCP control connection (none over shm once the handshake is
+// done), or a plain TCP connection.
 type Conn struct {
-	tcp       net.Conn      // the TCP connection (control channel, or the data path)
+	tcp       net.Conn // the TCP connection (control channel, or the data path); nil over shm after the handshake
+	laddr     net.Addr // the TCP connection's addresses
+	raddr     net.Addr
 	stream    *rsock.Stream // nil on the TCP path
 	dev       *sharedDevice // nil on the TCP path
 	transport string
@@ -43,15 +46,26 @@ var errPeerGone = fmt.Errorf("netconn: the peer's control connection closed: %w"
 // newTCPConn makes a conn on the TCP path; why is nil for a conn that
 // never tried RDMA.
 func newTCPConn(c net.Conn, why *FallbackError) *Conn {
-	return register(&Conn{tcp: c, transport: "tcp", fallback: why})
+	return register(&Conn{tcp: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr(), transport: "tcp", fallback: why})
 }
 
+// newRDMAConn makes a conn on the RDMA path once both sides confirmed.
+// Over shm the control connection closes here: the peer's process dying
+// closes the channel, which fails every stream on it at once, and a live
+// peer that gives a connection up (a listener whose handshake failed
+// after the dialer confirmed, or any Close) destroys its queue pair,
+// which fails ours once what it sent before is read (verbs/shm
+// ErrQPGone). So an shm connection holds no TCP socket and no goroutine
+// of its own. Over the other providers a goroutine reads the control
+// connection, whose end is how a peer's death shows (watchControl).
 func newRDMAConn(c net.Conn, s *rsock.Stream, d *sharedDevice) *Conn {
-	cn := &Conn{tcp: c, stream: s, dev: d, transport: d.transport(), liveDone: make(chan struct{})}
-	// Also over shm, whose channel fails every stream on it the moment
-	// the peer process dies: a live peer that gives a connection up
-	// (a listener whose handshake failed after the dialer confirmed)
-	// says so only by closing the control connection.
+	cn := &Conn{tcp: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr(), stream: s, dev: d, transport: d.transport(), liveDone: make(chan struct{})}
+	if d.dev.Provider() == ProviderShm {
+		c.Close() // nothing was left unread: the handshake's last frame went the other way or was read
+		cn.tcp = nil
+		close(cn.liveDone)
+		return register(cn)
+	}
 	go cn.watchControl()
 	return register(cn)
 }
@@ -151,7 +165,9 @@ func (c *Conn) Close() error {
 		if c.stream != nil {
 			c.closing.Store(true)
 			c.closeErr = c.stream.Close()
-			c.tcp.Close()
+			if c.tcp != nil {
+				c.tcp.Close()
+			}
 			<-c.liveDone
 			if t := c.grace.Load(); t != nil {
 				t.Stop()
@@ -164,11 +180,12 @@ func (c *Conn) Close() error {
 	return c.closeErr
 }
 
-// LocalAddr is the local TCP address.
-func (c *Conn) LocalAddr() net.Addr { return c.tcp.LocalAddr() }
+// LocalAddr is the local TCP address (of the control connection, also
+// once it closed).
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 
 // RemoteAddr is the peer's TCP address.
-func (c *Conn) RemoteAddr() net.Addr { return c.tcp.RemoteAddr() }
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {

@@ -273,9 +273,9 @@ func (h *dialHandshake) confirm(peer *fallback.Hello) (*Conn, error) {
 	h.in.Peer, h.in.Offered = peer, &h.plan
 	_, fe := choose(h.in)
 	if fe == nil && h.plan.Offer {
-		dev, ep, err := h.pending.accept(h.deadline, h.in.Local, h.set.stream)
+		dev, ep, err := h.pending.accept(peer, h.deadline, h.in.Local, h.set.stream)
 		if err != nil {
-			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: fmt.Errorf("%s: %w", h.plan.Link, err)}
+			fe = &FallbackError{Kind: setupKind(err), Side: SideDialer, Err: fmt.Errorf("%s: %w", h.plan.Link, err)}
 		} else {
 			h.dev, h.ep = dev, ep
 		}

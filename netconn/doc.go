@@ -35,8 +35,12 @@
 // an rsock dialer is answered Accept, with the listener's parameters, or
 // Decline, which names only the kind of the reason. After the handshake
 // the TCP connection stays open as the liveness channel: when the peer
-// process dies its kernel closes the socket and the stream fails at once
-// (over shm the channel's own socket does that, for all its streams).
+// process dies its kernel closes the socket and the stream fails at once.
+// Over shm it closes instead once both sides confirmed (the connection
+// keeps its addresses): the channel's own socket fails every stream on it
+// when the peer process dies, and a peer that gives one connection up
+// destroys its queue pair, which fails ours once what it sent before is
+// read; an shm connection holds no TCP socket or goroutine of its own.
 // Data goes over RDMA. A dialer that reaches a plain TCP server reconnects
 // plainly and remembers that address for a while. A Decline, a provider
 // that cannot start, or a failed queue pair setup leaves both sides on the
@@ -48,7 +52,11 @@
 // at a third host; and shm and memif are offered to, and taken from, only
 // a peer on this host, only as a socket this package makes (or an shm
 // channel to the same process), checked with SO_PEERCRED against the
-// process that holds the TCP peer's socket.
+// process that holds the TCP peer's socket. A connection that reuses an
+// shm channel is bound to it instead, both ways: a fresh token in the
+// Hello (and Accept) whose binding to this TCP connection came over the
+// channel (shmbind.go); a reuse that is not bound falls back
+// (FallbackShmBinding).
 //
 // Knobs, in the config structs and the environment (the struct wins):
 //

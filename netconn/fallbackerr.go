@@ -25,11 +25,15 @@ const (
 	// FallbackNotSameHost: a same-host link (memif) was offered by, or
 	// required with, a peer on another host.
 	FallbackNotSameHost = "not_same_host"
+	// FallbackShmBinding: a proposal to reuse a same-host shm channel was
+	// not bound to this TCP connection on the channel (see shmbind.go):
+	// a Hello or Accept that names a channel it did not come over.
+	FallbackShmBinding = "shm_binding"
 )
 
 // FallbackKinds lists the kinds of State.Fallbacks and of FallbackError.
 var FallbackKinds = []string{FallbackPlainServer, FallbackDeclined, FallbackBusy, FallbackRDMAOff,
-	FallbackDialer, FallbackSetup, FallbackNoFastPath, FallbackPeerAddress, FallbackNotSameHost}
+	FallbackDialer, FallbackSetup, FallbackNoFastPath, FallbackPeerAddress, FallbackNotSameHost, FallbackShmBinding}
 
 // kindText is what a peer is told about a kind, in a Decline: fixed text
 // that says nothing about this host.
@@ -42,6 +46,7 @@ var kindText = map[string]string{
 	FallbackNoFastPath:  "no link faster than TCP between the two",
 	FallbackPeerAddress: "the RoCE address in the Hello is not the TCP peer's address",
 	FallbackNotSameHost: "a same-host link needs both ends on one host",
+	FallbackShmBinding:  "the shm channel named is not bound to this connection",
 }
 
 // Sides of a FallbackError: which end decided.

@@ -307,6 +307,10 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 	return conn, nil
 }
 
+// failAfterConfirm lets tests fail a listener's handshake after the
+// dialer confirmed a same-host offer.
+var failAfterConfirm = func() error { return nil }
+
 // negotiateOffer runs the listener's side of the handshake over a
 // same-host link the dialer offered (memif): it connects to the offer,
 // answers with a queue pair on its own device over that link, and
@@ -315,14 +319,22 @@ func (l *Listener) negotiateOffer(c net.Conn, plan Plan, hello *fallback.Hello, 
 	e, _ := lookupLink(plan.Link)
 	dev, ep, err := e.ops.(offerer).connect(c, hello, local, time.Now().Add(l.handshake), l.set.stream)
 	if err != nil {
-		return decline(&FallbackError{Kind: FallbackSetup, Side: SideListener, Err: fmt.Errorf("%s: %w", plan.Link, err)})
+		return decline(&FallbackError{Kind: setupKind(err), Side: SideListener, Err: fmt.Errorf("%s: %w", plan.Link, err)})
 	}
 	fail := func(err error) (*Conn, error) {
 		ep.Close()
 		releaseDevice(dev)
 		return nil, err
 	}
-	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: helloFor(dev, ep.Params())}); err != nil {
+	reply := helloFor(dev, ep.Params())
+	if b, ok := e.ops.(replyBinder); ok {
+		if err := b.bindReply(c, hello, reply, dev); err != nil {
+			ep.Close()
+			releaseDevice(dev)
+			return decline(&FallbackError{Kind: FallbackSetup, Side: SideListener, Err: fmt.Errorf("%s: %w", plan.Link, err)})
+		}
+	}
+	if err := fallback.WriteReply(c, &fallback.Reply{Accept: true, Hello: reply}); err != nil {
 		return fail(err)
 	}
 	confirm, err := fallback.ReadReply(c)
@@ -338,9 +350,14 @@ func (l *Listener) negotiateOffer(c net.Conn, plan Plan, hello *fallback.Hello, 
 	if confirm.Hello.Link != plan.Link {
 		return fail(fmt.Errorf("netconn: the dialer confirmed on link %q, want %s", confirm.Hello.Link, plan.Link))
 	}
+	if err := failAfterConfirm(); err != nil {
+		return fail(err)
+	}
 	s, err := ep.Connect(paramsOf(confirm.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
 	if err != nil {
-		// The dialer thinks the stream is up: hang up.
+		// The dialer thinks the stream is up: hang up. fail destroys
+		// the queue pair, which fails the dialer's over shm (verbs/shm
+		// ErrQPGone), and closes TCP, which fails it over memif.
 		return fail(err)
 	}
 	return newRDMAConn(c, s, dev), nil

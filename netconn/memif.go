@@ -188,7 +188,7 @@ type memifPending struct {
 	slot bool // the reserveMemif slot, until accept passes it on
 }
 
-func (p *memifPending) accept(deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+func (p *memifPending) accept(_ *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	p.slot = false
 	return acceptOffer(p.o, deadline, local, stream)
 }

@@ -107,11 +107,18 @@ type offerer interface {
 	connect(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline time.Time, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error)
 }
 
+// replyBinder is an offerer whose listener puts more into its Accept
+// once it connected: shm binds a reused channel to the connection.
+type replyBinder interface {
+	bindReply(tcp net.Conn, offer, reply *fallback.Hello, dev *sharedDevice) error
+}
+
 // pendingOffer is the dialer's side of an offer.
 type pendingOffer interface {
 	// accept takes the link the listener connected and makes an endpoint
 	// on a device over it.
-	accept(deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error)
+	// reply is the listener's Accept.
+	accept(reply *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error)
 	// close withdraws the offer.
 	close()
 }

@@ -19,13 +19,19 @@ import (
 // (rsock-shm-<24 hex digits>) and offers its name in its Hello (CapShm,
 // ShmSocket); the listener dials it. Later connections to the same
 // listening address offer the channel's ID instead (ShmChannel); the
-// listener takes the channel only if it has one with that ID. Every
-// side checks the channel's peer process (SO_PEERCRED,
+// listener takes the channel only if it has one with that ID. When the
+// channel is set up, each side checks its peer process (SO_PEERCRED,
 // internal/peercred) against the process holding the other end of this
-// TCP connection: when the channel is set up, and again when a
-// connection proposes to reuse it; anyone else gets nothing. A listener
-// dials only a name of that form, never a path a client names, and only
-// for a peer on this host (sameHost).
+// TCP connection; a connection that proposes to reuse it is bound to it
+// both ways with a fresh token instead (ShmToken, shmbind.go), which
+// costs no look at the peer's descriptors; anyone else gets nothing. A
+// listener dials only a name of that form, never a path a client names,
+// and only for a peer on this host (sameHost).
+//
+// Once both sides confirmed, an shm connection closes its TCP control
+// connection and has no goroutine of its own: the channel fails every
+// stream on it when the peer process dies, and a peer that gives a
+// connection up destroys its queue pair (conn.go, newRDMAConn).
 //
 // A channel lives while connections use it, and deviceLinger after the
 // last one closed (the listener's side twice that, so that a dialer's

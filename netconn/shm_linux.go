@@ -190,13 +190,6 @@ func shmConfig(peer *peercred.Expect, deadline time.Time) shm.Config {
 	}}
 }
 
-// checkChannelPeer checks that c's peer process is the one at the other
-// end of the TCP connection peer expects.
-func checkChannelPeer(peer *peercred.Expect, c *shmChannel) error {
-	u := c.dev.PeerCred()
-	return peer.CheckCred(peercred.Cred{PID: u.Pid, UID: u.Uid, GID: u.Gid})
-}
-
 // available: shm runs on Linux, unless a test turned it off.
 func (shmOps) available() error { return shmUnavailable }
 
@@ -214,10 +207,18 @@ func (shmOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline 
 		return nil, err
 	}
 	h.Capabilities |= fallback.CapShm
+	dialer, listener := tcpEnds(tcp, false)
 	c, opener := reuseShmChannel(peer.Remote, deadline)
 	if c != nil {
-		h.ShmChannel = c.dev.ChannelID()
-		return &shmPending{peer: peer, ch: c}, nil
+		// Bound to this connection over the channel (shmbind.go) before
+		// the Hello goes out.
+		token := newShmToken()
+		if err := c.dev.Bind(shmBinding(bindDialer, token, dialer, listener)); err != nil {
+			c.release()
+			return nil, err
+		}
+		h.ShmChannel, h.ShmToken = c.dev.ChannelID(), token
+		return &shmPending{ch: c, dialer: dialer, listener: listener}, nil
 	}
 	ln, err := listenShm(shmConfig(peer, deadline))
 	if err != nil {
@@ -226,7 +227,7 @@ func (shmOps) offer(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline 
 		}
 		return nil, err
 	}
-	p := &shmPending{peer: peer, remote: peer.Remote, ln: ln, done: make(chan struct{}), opener: opener}
+	p := &shmPending{remote: peer.Remote, ln: ln, done: make(chan struct{}), opener: opener}
 	go p.acceptOne()
 	h.ShmSocket = ln.Name()
 	return p, nil
@@ -274,13 +275,10 @@ func doneOpening(remote netip.AddrPort) {
 var listenShm = func(cfg shm.Config) (*shm.Listener, error) { return shm.Listen("", cfg) }
 
 // connect takes the dialer's offer: the channel it names, if this
-// process has it with the TCP peer's process, else a new channel dialed
-// to the offered socket.
+// process has it and the dialer bound this connection to it over the
+// channel (shmbind.go), else a new channel dialed to the offered socket,
+// whose peer must be the TCP peer's process.
 func (shmOps) connect(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadline time.Time, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
-	peer, err := peercred.ExpectTCPPeer(tcp)
-	if err != nil {
-		return nil, nil, err
-	}
 	if h.ShmChannel != 0 {
 		shmChannels.Lock()
 		c := shmChannels.byID[h.ShmChannel].refLocked()
@@ -288,11 +286,16 @@ func (shmOps) connect(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadlin
 		if c == nil {
 			return nil, nil, errShmNoChannel
 		}
-		if err := checkChannelPeer(peer, c); err != nil {
+		dialer, listener := tcpEnds(tcp, true)
+		if !c.dev.TakeBinding(shmBinding(bindDialer, h.ShmToken, dialer, listener)) {
 			c.release()
-			return nil, nil, err
+			return nil, nil, errShmUnbound
 		}
 		return c.endpoint(local, stream)
+	}
+	peer, err := peercred.ExpectTCPPeer(tcp)
+	if err != nil {
+		return nil, nil, err
 	}
 	dev, err := shm.Dial(h.ShmSocket, shmConfig(peer, deadline))
 	if err != nil {
@@ -301,17 +304,38 @@ func (shmOps) connect(tcp net.Conn, h *fallback.Hello, local netip.Addr, deadlin
 	return addShmChannel(dev, netip.AddrPort{}, true).endpoint(local, stream)
 }
 
+// bindReply binds the listener's Accept of a reused channel to the
+// connection: its own binding over the channel, its token in reply.
+func (shmOps) bindReply(tcp net.Conn, offer, reply *fallback.Hello, sd *sharedDevice) error {
+	if offer.ShmChannel == 0 {
+		return nil // a new channel: each side checked the other's process
+	}
+	dev, ok := sd.dev.(*shm.Device)
+	if !ok {
+		return errors.New("shm: not a channel")
+	}
+	token := newShmToken()
+	dialer, listener := tcpEnds(tcp, true)
+	if err := dev.Bind(shmBinding(bindListener, token, dialer, listener)); err != nil {
+		return err
+	}
+	reply.Capabilities |= fallback.CapShm
+	reply.ShmChannel, reply.ShmToken = offer.ShmChannel, token
+	return nil
+}
+
 // shmPending is a dialer's shm offer: a channel to reuse, or a socket
 // that accepts one channel from the TCP peer's process.
 type shmPending struct {
-	peer   *peercred.Expect
-	remote netip.AddrPort
-	ch     *shmChannel // a referenced channel, until accept passes it on
-	ln     *shm.Listener
-	done   chan struct{} // closed when acceptOne ended
-	dev    *shm.Device   // the accepted channel, until taken
-	err    error         // why none was accepted
-	opener bool          // other dialers to remote wait for this one
+	dialer   netip.AddrPort // the TCP connection's ends
+	listener netip.AddrPort
+	remote   netip.AddrPort // the listener's address: the registry's key
+	ch       *shmChannel    // a referenced channel, until accept passes it on
+	ln       *shm.Listener
+	done     chan struct{} // closed when acceptOne ended
+	dev      *shm.Device   // the accepted channel, until taken
+	err      error         // why none was accepted
+	opener   bool          // other dialers to remote wait for this one
 }
 
 // acceptOne accepts the first channel from the TCP peer's process; other
@@ -334,9 +358,9 @@ func (p *shmPending) acceptOne() {
 }
 
 // accept takes the channel (the listener connected to the socket, or
-// the one to reuse, checked against the TCP peer now that it accepted)
-// and makes the connection's endpoint on it.
-func (p *shmPending) accept(deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
+// the one to reuse, which the listener's Accept must be bound to) and
+// makes the connection's endpoint on it.
+func (p *shmPending) accept(reply *fallback.Hello, deadline time.Time, local netip.Addr, stream rsock.Config) (*sharedDevice, *rsock.Endpoint, error) {
 	if p.ln != nil {
 		t := time.NewTimer(time.Until(deadline))
 		select {
@@ -357,8 +381,9 @@ func (p *shmPending) accept(deadline time.Time, local netip.Addr, stream rsock.C
 			p.opener = false
 			doneOpening(p.remote)
 		}
-	} else if err := checkChannelPeer(p.peer, p.ch); err != nil {
-		return nil, nil, err // close releases the channel
+	} else if reply.ShmChannel != p.ch.dev.ChannelID() ||
+		!p.ch.dev.TakeBinding(shmBinding(bindListener, reply.ShmToken, p.dialer, p.listener)) {
+		return nil, nil, errShmUnbound // close releases the channel
 	}
 	c := p.ch
 	p.ch = nil

@@ -60,7 +60,7 @@ type DeviceState struct {
 const ExpvarName = "rsock"
 
 var (
-	fallbackCounts    [9]atomic.Uint64 // by index in FallbackKinds
+	fallbackCounts    [10]atomic.Uint64 // by index in FallbackKinds
 	pendingHandshakes atomic.Int64
 	handshakeFailures atomic.Uint64
 	connErrors        atomic.Uint64

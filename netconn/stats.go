@@ -79,8 +79,8 @@ func (c *Conn) Stats() ConnStats {
 	st := ConnStats{
 		Transport:      c.transport,
 		FallbackReason: c.FallbackReason(),
-		Local:          addrPort(c.tcp.LocalAddr()),
-		Remote:         addrPort(c.tcp.RemoteAddr()),
+		Local:          addrPort(c.LocalAddr()),
+		Remote:         addrPort(c.RemoteAddr()),
 	}
 	if c.stream == nil {
 		st.BytesRead = c.obs.read.Load()

@@ -43,6 +43,12 @@ func (s *Stream) drive() {
 // complete handles one completion. The caller holds s.mu.
 func (s *Stream) complete(wc *verbs.WC) {
 	if wc.Status != verbs.WCSuccess {
+		if wc.Status == verbs.WCWRFlushErr && s.peerClosed && !isSendOpcode(wc.Opcode) {
+			// The peer closed in order and then destroyed its queue pair
+			// (shm fails ours then): its data stays readable up to
+			// io.EOF, and writes fail with ErrPeerClosed.
+			return
+		}
 		if wc.Status != verbs.WCWRFlushErr || s.err == nil {
 			err := fmt.Errorf("rsock: %v %v: %w", wc.Opcode, wc.Status, errConnLost)
 			if c, ok := s.e.qp.(verbs.Causer); ok {

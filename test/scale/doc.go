@@ -13,8 +13,10 @@
 //
 // The link is the library's default, auto, which on one host is shm
 // (-scale.link): one shm channel serves every connection between the two
-// processes, with three descriptors per connection on each side (the TCP
-// control socket and two doorbell eventfds). -scale.link=udp runs the udp
+// processes. An shm connection closes its TCP control socket once the
+// handshake is done and holds no goroutine of its own; what descriptors
+// it holds on each side are its completion queues' doorbell eventfds
+// (the test checks the goroutines). -scale.link=udp runs the udp
 // link, whose devices are shared by all connections of a process (one
 // descriptor per connection); -scale.link=memif shows memif's cap of 64
 // links per process, past which connections go to TCP.
@@ -24,7 +26,7 @@
 //
 //	go test ./test/scale/ -run TestScale -v -timeout 30m -scale.conns=10000
 //
-// Under -race, which caps a process at 8128 live goroutines, a run holds
-// at most 4000 connections: each holds one goroutine (its control
-// connection's reader) on either side.
+// Under -race, which caps a process at 8128 live goroutines, a run on the
+// udp or memif link holds at most 4000 connections: each holds one
+// goroutine (its control connection's reader) on either side.
 package scale

@@ -32,8 +32,10 @@ var (
 	dialers     = flag.Int("scale.dialers", 32, "dials in flight at once (the listener's pending handshakes are bounded at 64)")
 )
 
-// raceMaxConns is the most connections a run under -race holds: each
-// holds a goroutine on either side, and the race detector allows 8128.
+// raceMaxConns is the most connections a run under -race holds on the
+// udp and memif links: each holds a goroutine on either side (its control
+// connection's reader), and the race detector allows 8128. An shm
+// connection holds none.
 const raceMaxConns = 4000
 
 func TestMain(m *testing.M) {
@@ -49,7 +51,7 @@ func TestMain(m *testing.M) {
 // file descriptors, goroutines or devices than before the first.
 func TestScale(t *testing.T) {
 	n := *nConns
-	if raceEnabled && n > raceMaxConns {
+	if raceEnabled && n > raceMaxConns && *link != netconn.LinkAuto && *link != netconn.LinkShm {
 		t.Skipf("-scale.conns=%d: under -race a process may hold at most %d connections (the race detector's limit of 8128 goroutines); run without -race", n, raceMaxConns)
 	}
 	nofile, err := raiseNoFile(uint64(4*n + 1024))
@@ -152,6 +154,15 @@ func TestScale(t *testing.T) {
 	t.Logf("client per connection: %s", perConn(cBase, cHeld, n))
 	checkTransports(t, *link, dialed)
 	checkTransports(t, *link, accepted.Transports)
+	if *link == netconn.LinkAuto || *link == netconn.LinkShm {
+		// Over shm a connection holds no goroutine of its own on either
+		// side once the handshake is done (nor its TCP socket).
+		for side, u := range map[string][2]usage{"server": {sBase, accepted.Usage}, "client": {cBase, cHeld}} {
+			if g := u[1].Goroutines - u[0].Goroutines; g > 2+n/100 {
+				t.Errorf("%s: %d more goroutines holding %d shm connections", side, g, n)
+			}
+		}
+	}
 
 	// Write on every connection, then read every echo.
 	start = time.Now()

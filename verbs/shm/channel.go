@@ -347,6 +347,16 @@ func (d *Device) handle(m *msg, fd int) error {
 		// The peer may reuse the slot once we acknowledge, which happens
 		// when no send of ours is writing into it any more.
 		p.retire()
+		// Our queue pairs connected to it fail once what it published
+		// into their inbound rings is delivered (leaveIfDrained): wake
+		// their waiters to deliver it. A queue pair that connects to it
+		// after this look sees it retired (connect).
+		for _, q := range d.qps {
+			if q.dest.Load() == p {
+				q.recvCQ.wakeLocal()
+				q.sendCQ.wakeLocal()
+			}
+		}
 	case msgQPAck:
 		slot, ok := d.pendingAk[m.a]
 		if !ok {
@@ -392,6 +402,8 @@ func (d *Device) handle(m *msg, fd int) error {
 		if over {
 			return bad("more out-of-line messages than ring entries for queue pair %#x", m.a)
 		}
+	case msgBind:
+		d.binds.add(binding{m.x, m.y}, time.Now())
 	default:
 		return bad("unexpected message type %d", m.typ)
 	}

@@ -18,6 +18,7 @@ import (
 //	mrNew   rkey, pd, access, addr, length              + memfd
 //	mrGone  rkey
 //	ool     destination qpn, length                     + memfd
+//	bind    a 128-bit binding (x, y)
 const (
 	msgHello  = 1
 	msgCQNew  = 2
@@ -28,7 +29,8 @@ const (
 	msgMRNew  = 7
 	msgMRGone = 8
 	msgOOL    = 9
-	msgMax    = msgOOL
+	msgBind   = 10
+	msgMax    = msgBind
 
 	msgLen = 40 // every message has this length
 )
@@ -39,7 +41,7 @@ type msg struct {
 	a, b  uint32 // hello: version, maxQPs; cq: index; qp: qpn, slot; mr: rkey, pd; ool: qpn, length
 	c, d  uint32 // qpNew: recv cq, send cq; mrNew: access
 	e     uint32 // qpNew: pd
-	x, y  uint64 // hello: arena size, nonce; mrNew: addr, length
+	x, y  uint64 // hello: arena size, nonce; mrNew: addr, length; bind: the binding
 	hasFD bool
 }
 

@@ -28,6 +28,11 @@ const (
 // process closed the channel or died. It wraps ECONNRESET.
 var ErrPeerGone = fmt.Errorf("shm: the peer process closed the channel: %w", syscall.ECONNRESET)
 
+// ErrQPGone is the cause of a queue pair's failure when the peer
+// destroyed the queue pair it is connected to (the channel lives on). It
+// wraps ECONNRESET.
+var ErrQPGone = fmt.Errorf("shm: the peer destroyed its queue pair: %w", syscall.ECONNRESET)
+
 // ErrViolation is the cause when the peer broke the channel's rules
 // (garbage in shared memory, a bad control message). It wraps
 // ECONNRESET: the channel is torn down.
@@ -61,6 +66,7 @@ type Device struct {
 	peerMRs   map[uint32]*remoteMR
 	nextPD    uint32
 	pendingAk map[uint32]int // our destroyed QPs' slots, until the peer acknowledges
+	binds     bindings       // what the peer bound to its connections (Bind), until taken
 
 	mrMu sync.RWMutex
 	mrs  map[uint32]*MR // by lkey

@@ -17,7 +17,11 @@
 // lengths are read once into private variables and bounded, no pointer
 // the peer wrote is followed, and a violation fails every queue pair of
 // the channel with an error, never a panic. The peer process dying closes
-// the Unix socket, which fails the channel's queue pairs at once.
+// the Unix socket, which fails the channel's queue pairs at once. A peer
+// that destroys one queue pair tells the channel (qpGone); the queue pair
+// connected to it fails with ErrQPGone once every entry the peer
+// published into its inbound ring before was taken, so a last write and
+// an in-band close are delivered first.
 //
 // Setting up a channel (for netconn): Listen on an abstract Unix name and
 // Accept, or Dial that name; or Open over any connected SOCK_SEQPACKET
@@ -25,7 +29,10 @@
 // checks the peer's SO_PEERCRED with Config.CheckPeer (by default: the
 // same user); netconn passes a check that the process is the peer of the
 // TCP handshake. ByID and ToPeer find a live channel to reuse, so that
-// every connection between two processes shares one channel. The device
+// every connection between two processes shares one channel; Bind and
+// TakeBinding let a user tie something outside the channel (netconn: a
+// TCP connection that reuses it) to the peer process, since only that
+// process can send on the channel's socket. The device
 // owns the socket; Done and Err say when and why the channel ended (the
 // peer died: its socket closed), after which the owner closes it.
 //

@@ -173,6 +173,7 @@ func FuzzDecodeMsg(f *testing.F) {
 	f.Add((&msg{typ: msgQPNew, a: 0x10001, b: 1}).encode(&b), 0)
 	f.Add((&msg{typ: msgMRNew, a: 7, x: 4096, y: 4096}).encode(&b), 1)
 	f.Add([]byte{msgHello}, 1)
+	f.Add((&msg{typ: msgBind, x: 1, y: 2}).encode(&b), 0)
 	f.Fuzz(func(t *testing.T, p []byte, nfd int) {
 		m, err := decodeMsg(p, nfd)
 		if err != nil {
@@ -293,6 +294,7 @@ func TestHandWrittenMessages(t *testing.T) {
 		"out-of-line to nobody":    func(t *testing.T) (msg, int) { return msg{typ: msgOOL, a: 5, b: 8192}, memfd(t, true) },
 		"acknowledge nothing":      func(*testing.T) (msg, int) { return msg{typ: msgQPAck, a: 5}, -1 },
 		"second hello":             func(t *testing.T) (msg, int) { return msg{typ: msgHello, a: 1}, memfd(t, true) },
+		"binding with a memfd":     func(t *testing.T) (msg, int) { return msg{typ: msgBind, x: 1}, memfd(t, true) },
 	}
 	for name, attack := range cases {
 		t.Run(name, func(t *testing.T) {

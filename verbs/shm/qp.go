@@ -264,8 +264,59 @@ func (q *QP) connect(qpn uint32) error {
 	q.dest.Store(p)
 	q.destQPN = qpn
 	q.prod, q.dataHead, q.peerCons, q.peerData = 0, 0, 0, 0
+	if p.dead.Load() {
+		// The peer destroyed it meanwhile, after the channel's handler
+		// looked for queue pairs connected to it: none will wake ours.
+		q.dest.Store(nil)
+		q.sqMu.Unlock()
+		return fmt.Errorf("shm: the peer's queue pair %#x is gone: %w", qpn, verbs.ErrInvalidArgument)
+	}
 	q.sqMu.Unlock()
 	return nil
+}
+
+// peerLeft reports whether the peer destroyed the queue pair ours is
+// connected to.
+func (q *QP) peerLeft() bool {
+	p := q.dest.Load()
+	return p != nil && p.dead.Load()
+}
+
+// leaving reports whether the QP waits to fail because the peer
+// destroyed its end and everything it published has been delivered: the
+// next harvest fails it.
+func (q *QP) leaving() bool {
+	return q.peerLeft() && q.State() != verbs.QPSErr && u64(q.slot, offProd).Load() == q.consA.Load()
+}
+
+// leaveIfDrained fails the QP with ErrQPGone once the peer destroyed its
+// end and every entry it published before (its last data, an in-band
+// close) was taken from our inbound ring: the peer published them before
+// it announced the destruction, so none is lost. Entries that wait for
+// a receive to be posted keep the QP up until they are taken.
+func (q *QP) leaveIfDrained() {
+	if !q.peerLeft() {
+		return
+	}
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	if q.State() == verbs.QPSErr || q.gone.Load() {
+		return
+	}
+	q.rqMu.Lock()
+	drained := u64(q.slot, offProd).Load() == q.cons
+	q.rqMu.Unlock()
+	if !drained {
+		return
+	}
+	q.setCause(ErrQPGone)
+	var failed *verbs.WC
+	if len(q.pending) > 0 {
+		w := q.pending[0]
+		q.pending = q.pending[1:]
+		failed = &verbs.WC{WRID: w.wr.ID, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn}
+	}
+	q.toErr(failed, verbs.WCRetryExcErr)
 }
 
 func (d *Device) peerQP(qpn uint32) *peerQP {

@@ -13,7 +13,7 @@ import (
 // arrivals reports whether the inbound ring holds an entry a posted
 // receive can take (a cheap look for Wait; Poll checks it all).
 func (q *QP) arrivals() bool {
-	return u64(q.slot, offProd).Load() != q.consA.Load() && q.posted.Load() > 0
+	return u64(q.slot, offProd).Load() != q.consA.Load() && q.posted.Load() > 0 || q.leaving()
 }
 
 // published is the peer's producer count, for change detection only.
@@ -23,7 +23,11 @@ func (q *QP) published() uint64 { return u64(q.slot, offProd).Load() }
 // as far as receives are posted and the CQ has room. Every entry is read
 // once into private memory and checked; a bad one fails the channel.
 func (q *QP) harvest() {
-	if q.gone.Load() || u64(q.slot, offProd).Load() == q.consA.Load() {
+	if q.gone.Load() {
+		return
+	}
+	if u64(q.slot, offProd).Load() == q.consA.Load() {
+		q.leaveIfDrained()
 		return
 	}
 	q.rqMu.Lock()
@@ -42,6 +46,21 @@ func (q *QP) harvest() {
 	if consumed {
 		q.wakePeerSender()
 	}
+	q.leaveIfDrained()
+}
+
+// harvestHeld is harvest for a caller that holds sqMu and is about to
+// fail the QP: what the peer published is delivered first. It returns a
+// violation by the peer, for the caller to fail the channel with once it
+// released its locks.
+func (q *QP) harvestHeld() error {
+	q.rqMu.Lock()
+	_, viol, failed := q.harvestLocked()
+	q.rqMu.Unlock()
+	if failed != nil {
+		q.setCause(failed)
+	}
+	return viol
 }
 
 // harvestLocked does harvest's work. The caller holds rqMu.

@@ -408,6 +408,14 @@ func (q *QP) execute(wr *verbs.SendWR, data [][]byte, synced bool) (int, *peerQP
 		if err := q.dev.deadErr(); err != nil {
 			return fail(verbs.WCRetryExcErr, err)
 		}
+		if p != nil {
+			// The peer destroyed its queue pair: what it published
+			// before (its last data, its close) is delivered first.
+			if viol := q.harvestHeld(); viol != nil {
+				return sendDone, nil, viol
+			}
+			return fail(verbs.WCRetryExcErr, ErrQPGone)
+		}
 		return fail(verbs.WCRetryExcErr, fmt.Errorf("shm: the peer's queue pair %#x is gone", q.destQPN))
 	}
 	defer p.release()
