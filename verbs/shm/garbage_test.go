@@ -133,6 +133,63 @@ func TestGarbageFlags(t *testing.T) {
 	}
 }
 
+// TestGarbageWakes: the peer writes garbage into the words of the
+// victim's arena that only cause wake-ups (the wake summary, the rest of
+// the header page, the wake bitmap with marks for CQs never created,
+// closed or beyond the arena's, the bell word) and rings the victim's
+// doorbell without cause, over and over, while the victim sleeps and
+// traffic flows: spurious wake-ups only; no panic, no hang, and the
+// channel keeps working.
+func TestGarbageWakes(t *testing.T) {
+	a, b := victimPair(t)
+	closed, err := a.dev.CreateCQ(16) // an index that was in use
+	must(t, err)
+	must(t, closed.Close())
+	arena := b.dev.peerMem // the victim's arena as the attacker maps it
+	stop := make(chan struct{})
+	attacks := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { attacks <- n }()
+		for ; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for off := offWakeSum; off < pageSize; off += 8 {
+				u64(arena, off).Store(^uint64(0))
+			}
+			for off := wakeOffset(a.dev.maxQPs); off < slotsOffset(a.dev.maxQPs); off += 8 {
+				u64(arena, off).Store(^uint64(0))
+			}
+			u64(arena, offBell).Store(uint64(n) * 0x9e3779b97f4a7c15)
+			ring(b.dev.peerBell.fd)
+			time.Sleep(10 * time.Microsecond)
+		}
+	}()
+	for i := range 20 {
+		id := uint64(i)
+		a.vt().PostRecv(t, id, 0, 64)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wcTimeout)
+			defer cancel()
+			res <- a.rcq.Wait(ctx)
+		}()
+		time.Sleep(time.Millisecond) // the waiter sleeps, and is woken for nothing
+		b.vt().PostSend(t, verbs.SendWR{ID: id, Opcode: verbs.WRSend, SGL: []verbs.SGE{b.vt().SGE(0, 8)}})
+		verbstest.ExpectWC(t, b.scq, id, verbs.WCSend, verbs.WCSuccess, wcTimeout)
+		must(t, <-res)
+		verbstest.ExpectWC(t, a.rcq, id, verbs.WCRecv, verbs.WCSuccess, wcTimeout)
+	}
+	close(stop)
+	t.Logf("%d rounds of garbage and rings", <-attacks)
+	if err := a.dev.Err(); err != nil {
+		t.Fatalf("the victim's channel failed: %v", err)
+	}
+}
+
 // FuzzInboundRing writes fuzzed bytes over a queue pair's ring header,
 // entries and data (as a hostile peer could) and polls: whatever the
 // bytes, the victim completes only receives it has posted, or fails the
