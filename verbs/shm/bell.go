@@ -17,8 +17,8 @@ import (
 // queue pair of a flagged CQ, sets the CQ's bit in the wake bitmap of the
 // sleeper's arena (and the bit of that word in the summary), then takes
 // the sleeper's bell word and rings the eventfd only if the word was set.
-// One goroutine per side (bellLoop, started when a waiter first sleeps)
-// sets the bell word, takes the bitmap and wakes the CQs named there, and
+// One goroutine per side (bellLoop, started with the channel) sets the
+// bell word, takes the bitmap and wakes the CQs named there, and
 // waits for the next ring through Go's netpoller. Completions of this
 // process's own requests and Kick wake waiters through Go alone.
 
@@ -77,23 +77,6 @@ func (d *Device) ringPeer() {
 		ring(b.fd)
 		b.release()
 	}
-}
-
-// startBell starts the doorbell goroutine unless it runs, or the channel
-// ended.
-func (d *Device) startBell() {
-	if d.bellStarted.Load() {
-		return
-	}
-	d.mu.Lock()
-	if !d.bellStarted.Load() {
-		d.bellStarted.Store(true)
-		if d.dead == nil {
-			d.bellRuns = true
-			go d.bellLoop()
-		}
-	}
-	d.mu.Unlock()
 }
 
 // bellLoop wakes the CQs the peer marked, until the channel ends (fail

@@ -248,7 +248,6 @@ func (c *CQ) isClosed() bool {
 // more before it sleeps on the channel returned, which any wake-up from
 // now on closes.
 func (c *CQ) enterSleep() <-chan struct{} {
-	c.dev.startBell()
 	c.waitMu.Lock()
 	c.sleepers++
 	c.sleepersA.Add(1)

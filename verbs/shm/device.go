@@ -67,11 +67,9 @@ type Device struct {
 
 	watchDone chan struct{}
 
-	bell        *os.File  // our doorbell, an eventfd the peer rings; fail closes it
-	peerBell    *peerBell // the peer's doorbell
-	bellStarted atomic.Bool
-	bellRuns    bool // bellLoop was started; under mu
-	bellDone    chan struct{}
+	bell     *os.File  // our doorbell, an eventfd the peer rings; fail closes it
+	peerBell *peerBell // the peer's doorbell
+	bellDone chan struct{}
 
 	rings atomic.Uint64 // doorbells rung at the peer (for tests)
 }
@@ -150,11 +148,8 @@ func (d *Device) Close() error {
 		qps = append(qps, q)
 	}
 	cqs := d.cqsInUse()
-	bellRuns := d.bellRuns
 	d.mu.Unlock()
-	if bellRuns {
-		<-d.bellDone
-	}
+	<-d.bellDone
 	var errs []error
 	for _, q := range qps {
 		errs = append(errs, q.Close())
