@@ -3,10 +3,13 @@
 package shm
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,10 +20,16 @@ import (
 // queue pair of a flagged CQ, sets the CQ's bit in the wake bitmap of the
 // sleeper's arena (and the bit of that word in the summary), then takes
 // the sleeper's bell word and rings the eventfd only if the word was set.
-// One goroutine per side (bellLoop, started with the channel) sets the
-// bell word, takes the bitmap and wakes the CQs named there, and
-// waits for the next ring through Go's netpoller. Completions of this
-// process's own requests and Kick wake waiters through Go alone.
+//
+// The sleepers take turns reading the doorbell, as no goroutine of the
+// channel's own does: the first to sleep reads it through Go's netpoller
+// (so a lone sleeper, the common case, is woken by the netpoller with no
+// hand-off); each ring it sets the bell word, takes the bitmap and wakes
+// the CQs marked there. Other sleepers wait on their CQ and in line for
+// the turn, which the reader passes to the first in line when it leaves.
+// Completions of this process's own requests and Kick wake waiters
+// through Go alone (a reader among them is interrupted with a read
+// deadline in the past, which costs no system call).
 
 // peerCQ is one of the peer's completion queues, as a queue pair the peer
 // announced names it: its sleeping flag and its bit in the wake bitmap of
@@ -79,26 +88,178 @@ func (d *Device) ringPeer() {
 	}
 }
 
-// bellLoop wakes the CQs the peer marked, until the channel ends (fail
-// closes the doorbell, which ends the read). It sets the bell word before
-// it takes the bitmap, so a mark made after the take finds the word set
-// and rings.
-func (d *Device) bellLoop() {
-	defer close(d.bellDone)
+// bellWaiter is a sleeper in line for the turn to read the doorbell.
+type bellWaiter struct {
+	prev, next *bellWaiter
+	turn       chan struct{} // closed when the turn passes to it
+	given      bool          // the turn passed to it; under bellMu
+}
+
+// sleepOnBell puts the caller to sleep on c until gen is closed (a
+// wake-up), c is closed, ctx ends or deadline passes: as the doorbell's
+// reader if nobody reads it, otherwise in line for the turn.
+func (c *CQ) sleepOnBell(ctx context.Context, deadline time.Time, gen <-chan struct{}) error {
+	d := c.dev
+	d.bellMu.Lock()
+	if !d.reading && !d.bellShut {
+		d.reading = true
+		d.bellMu.Unlock()
+		return c.readBell(ctx, deadline, gen)
+	}
+	var w *bellWaiter
+	var turn chan struct{}
+	if !d.bellShut {
+		w = &bellWaiter{turn: make(chan struct{})}
+		d.enqueueLocked(w)
+		turn = w.turn
+	}
+	d.bellMu.Unlock()
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var err error
+	select {
+	case <-gen:
+	case <-c.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timeout:
+		err = os.ErrDeadlineExceeded
+	case <-turn:
+		return c.readBell(ctx, deadline, gen)
+	}
+	if w != nil {
+		d.bellMu.Lock()
+		if w.given {
+			d.passTurnLocked() // the turn came as we leave: pass it on
+		} else {
+			d.dequeueLocked(w)
+		}
+		d.bellMu.Unlock()
+	}
+	return err
+}
+
+// readBell reads the doorbell, for the peer's wake-ups of every CQ, until
+// c's own wake-up (or its end, ctx's or the deadline), then passes the
+// turn on. The caller holds the turn.
+func (c *CQ) readBell(ctx context.Context, deadline time.Time, gen <-chan struct{}) error {
+	d := c.dev
+	d.bellMu.Lock()
+	d.readToken++
+	tok := d.readToken
+	d.readerCQ = c
+	d.bell.SetReadDeadline(deadline)
+	d.bellMu.Unlock()
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { d.interruptReader(tok, nil) })
+	}
+	err := c.readBellLoop(ctx, deadline, gen, tok)
+	if stop != nil {
+		stop()
+	}
+	d.bellMu.Lock()
+	d.readerCQ = nil
+	d.readToken++ // late interrupts miss the next reader
+	d.passTurnLocked()
+	d.bellMu.Unlock()
+	return err
+}
+
+func (c *CQ) readBellLoop(ctx context.Context, deadline time.Time, gen <-chan struct{}, tok uint64) error {
+	d := c.dev
 	armed := u64(d.arena, offBell)
 	var b [8]byte
 	var woken []*CQ
 	for {
+		// Set the bell word before taking the bitmap: a mark made after
+		// the take finds the word set and rings.
 		armed.Store(1)
 		woken = d.takeWakes(woken[:0])
-		for _, c := range woken {
-			c.wakeLocal()
+		for _, x := range woken {
+			if x == c {
+				x.wake() // the reader, which looks next
+			} else {
+				x.wakeLocal()
+			}
 		}
 		clear(woken)
-		if _, err := d.bell.Read(b[:]); err != nil {
-			return
+		select {
+		case <-gen:
+			return nil
+		case <-c.done:
+			return nil
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, err := d.bell.Read(b[:])
+		switch {
+		case err == nil:
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return nil // the doorbell closed: the channel ended
+		case !deadline.IsZero() && !time.Now().Before(deadline):
+			return os.ErrDeadlineExceeded
+		default: // interrupted: the checks above say why
+			d.bellMu.Lock()
+			if d.readToken == tok {
+				d.bell.SetReadDeadline(deadline)
+			}
+			d.bellMu.Unlock()
 		}
 	}
+}
+
+// interruptReader ends the current read of the doorbell if the reader is
+// tok (not zero) or sleeps on c (not nil), so that it looks at why.
+func (d *Device) interruptReader(tok uint64, c *CQ) {
+	d.bellMu.Lock()
+	if d.readerCQ != nil && (tok != 0 && d.readToken == tok || c != nil && d.readerCQ == c) {
+		d.bell.SetReadDeadline(time.Unix(1, 0))
+	}
+	d.bellMu.Unlock()
+}
+
+// passTurnLocked passes the turn to read the doorbell to the first
+// sleeper in line, if any. The caller holds bellMu and the turn.
+func (d *Device) passTurnLocked() {
+	w := d.waitHead
+	if w == nil || d.bellShut {
+		d.reading = false
+		return
+	}
+	d.dequeueLocked(w)
+	w.given = true
+	close(w.turn)
+}
+
+func (d *Device) enqueueLocked(w *bellWaiter) {
+	w.prev = d.waitTail
+	if d.waitTail != nil {
+		d.waitTail.next = w
+	} else {
+		d.waitHead = w
+	}
+	d.waitTail = w
+}
+
+func (d *Device) dequeueLocked(w *bellWaiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		d.waitHead = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		d.waitTail = w.prev
+	}
+	w.prev, w.next = nil, nil
 }
 
 // takeWakes takes the marks the peer set in the wake bitmap, once each

@@ -36,9 +36,8 @@ type Config struct {
 // Open sets up a channel over conn, a connected Unix socket of type
 // SOCK_SEQPACKET to the peer process, which calls Open on its end: the
 // peer's credentials are checked, each side creates its arena and its
-// doorbell and sends them, and two goroutines serve the channel for its
-// life: one watches the socket (the peer's death closes it), one wakes
-// the completion queues the peer marks (bell.go). The device owns conn from
+// doorbell and sends them, and a goroutine watches the socket for the
+// channel's life (the peer's death closes it). The device owns conn from
 // then on, also when Open fails.
 func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	defer func() {
@@ -64,8 +63,7 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	d := &Device{conn: conn, raw: raw, maxQPs: cfg.MaxQPs, port: loopbackPort(),
 		qps: map[uint32]*QP{}, peerQPs: map[uint32]*peerQP{},
 		peerMRs: map[uint32]*remoteMR{}, mrs: map[uint32]*MR{},
-		pendingAk: map[uint32]int{}, slotGen: make([]uint8, cfg.MaxQPs), watchDone: make(chan struct{}),
-		bellDone: make(chan struct{})}
+		pendingAk: map[uint32]int{}, slotGen: make([]uint8, cfg.MaxQPs), watchDone: make(chan struct{})}
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		var c *unix.Ucred
@@ -135,7 +133,6 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	}
 	register(d)
 	go d.watch()
-	go d.bellLoop()
 	return d, nil
 }
 

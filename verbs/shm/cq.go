@@ -20,9 +20,9 @@ const spinPolls = 64
 // wait in a local queue; arrivals from the peer wait in the inbound rings
 // of the queue pairs it serves, and Poll takes them from there. A waiter
 // sets the CQ's sleeping flag in the arena, where the peer looks after it
-// publishes, and sleeps on a Go channel: the device's doorbell goroutine
-// closes it when the peer marks the CQ (bell.go), and so do this
-// process's completions and Kick.
+// publishes, and sleeps on a Go channel, or reads the channel's doorbell
+// in its turn (bell.go): the doorbell's reader closes it when the peer
+// marks the CQ, and so do this process's completions and Kick.
 type CQ struct {
 	dev  *Device
 	idx  int
@@ -112,15 +112,25 @@ func (c *CQ) room() int {
 // counts itself in sleepersA before it looks at the CQ a last time, so
 // one that missed what the caller added is counted here.
 func (c *CQ) wakeLocal() {
+	if c.wake() {
+		c.dev.interruptReader(0, c) // one of them may be reading the doorbell
+	}
+}
+
+// wake closes the sleepers' channel, if any sleep, and says whether it
+// did.
+func (c *CQ) wake() bool {
 	if c.sleepersA.Load() == 0 {
-		return
+		return false
 	}
 	c.waitMu.Lock()
-	if c.sleepers > 0 {
+	s := c.sleepers
+	if s > 0 {
 		close(c.gen)
 		c.gen = make(chan struct{})
 	}
 	c.waitMu.Unlock()
+	return s > 0
 }
 
 func (c *CQ) queues() (recv, send []*QP) {
@@ -270,24 +280,10 @@ func (c *CQ) leaveSleep() {
 }
 
 // sleep waits until gen is closed (a wake-up), the CQ is closed, ctx ends
-// or deadline passes.
+// or deadline passes, reading the channel's doorbell in its turn
+// (bell.go).
 func (c *CQ) sleep(ctx context.Context, deadline time.Time, gen <-chan struct{}) error {
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-gen:
-		return nil
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		return os.ErrDeadlineExceeded
-	}
+	return c.sleepOnBell(ctx, deadline, gen)
 }
 
 // Notify returns a channel that receives a token after completions are
@@ -358,6 +354,7 @@ func (c *CQ) Close() error {
 	c.closed = true
 	close(c.done) // the sleepers leave
 	c.mu.Unlock()
+	c.dev.interruptReader(0, c)
 	c.waitMu.Lock()
 	c.retired = true // from now on the index may serve another CQ
 	c.flag.Store(0)

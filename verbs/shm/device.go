@@ -69,7 +69,13 @@ type Device struct {
 
 	bell     *os.File  // our doorbell, an eventfd the peer rings; fail closes it
 	peerBell *peerBell // the peer's doorbell
-	bellDone chan struct{}
+
+	bellMu             sync.Mutex // the turn to read the doorbell (bell.go)
+	reading            bool       // a sleeper holds the turn
+	readerCQ           *CQ        // the CQ the reader sleeps on, while it reads
+	readToken          uint64     // changes with every reader
+	bellShut           bool       // the doorbell is closed: sleepers only wait
+	waitHead, waitTail *bellWaiter
 
 	rings atomic.Uint64 // doorbells rung at the peer (for tests)
 }
@@ -149,7 +155,6 @@ func (d *Device) Close() error {
 	}
 	cqs := d.cqsInUse()
 	d.mu.Unlock()
-	<-d.bellDone
 	var errs []error
 	for _, q := range qps {
 		errs = append(errs, q.Close())
@@ -199,7 +204,10 @@ func (d *Device) fail(cause error, graceful bool) {
 	cqs := d.cqsInUse()
 	d.mu.Unlock()
 	d.conn.Close()
-	d.bell.Close() // the doorbell goroutine ends
+	d.bellMu.Lock()
+	d.bellShut = true
+	d.bellMu.Unlock()
+	d.bell.Close() // a reader of the doorbell leaves
 	for _, q := range qps {
 		q.peerGone(cause, graceful)
 	}
