@@ -3,10 +3,13 @@ package shm
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
@@ -77,11 +80,10 @@ func asleep(t testing.TB, c verbs.CQ) {
 	}
 }
 
-// TestManySleepers: waiters asleep on many CQs of one device at once are
-// all woken by the peer's posts, through the one doorbell; sleeping holds
-// no descriptor.
-func TestManySleepers(t *testing.T) {
-	const n = 200
+// sleeperPairs connects n queue pairs of device a, each with a receive
+// CQ of its own, to n of device b, which share their CQs, with a receive
+// posted on each of a's.
+func sleeperPairs(t *testing.T, n int) (da, db *Device, as, bs []*node) {
 	da, db, err := Pair(Config{MaxQPs: 2*n + 8})
 	must(t, err)
 	t.Cleanup(func() { // last: cleanups run in reverse
@@ -91,7 +93,6 @@ func TestManySleepers(t *testing.T) {
 	// Side a: a CQ per queue pair (the one its waiter sleeps on); side b:
 	// CQs shared by its queue pairs. One buffer on each side.
 	nodeA, nodeB := newNode(t, da, 1<<16, allAccess), newNode(t, db, 1<<16, allAccess)
-	var as, bs []*node
 	for range n {
 		rcq, err := da.CreateCQ(16)
 		must(t, err)
@@ -112,6 +113,15 @@ func TestManySleepers(t *testing.T) {
 			must(t, as[i].rcq.Close())
 		}
 	})
+	return da, db, as, bs
+}
+
+// TestManySleepers: waiters asleep on many CQs of one device at once are
+// all woken by the peer's posts, through the one doorbell; sleeping holds
+// no descriptor.
+func TestManySleepers(t *testing.T) {
+	const n = 200
+	_, db, as, bs := sleeperPairs(t, n)
 	fdsAwake := openFDs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
 	defer cancel()
@@ -148,6 +158,75 @@ func TestManySleepers(t *testing.T) {
 	}
 	t.Logf("%d sleepers woken, the last %v after the first post (a loaded machine: not a measurement); %d doorbell rings",
 		n, last, db.rings.Load()-rings)
+}
+
+// TestBellTurnChurn: while sleepers on many CQs come and go (deadlines,
+// cancelled contexts, Kicks), passing the turn to read the doorbell
+// among them, a waiter on another CQ is still woken by every post of the
+// peer: the turn is never lost.
+func TestBellTurnChurn(t *testing.T) {
+	const n = 16
+	_, db, as, bs := sleeperPairs(t, n)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		c := as[i].rcq.(*CQ)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(i), 7))
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d := time.Duration(r.IntN(3000)) * time.Microsecond
+				switch k % 3 {
+				case 0:
+					c.WaitKick(c.Kicks(), time.Now().Add(d))
+				case 1:
+					ctx, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(d, cancel)
+					c.Wait(ctx)
+					cancel()
+				case 2:
+					seen := c.Kicks()
+					time.AfterFunc(d, c.Kick)
+					if err := c.WaitKick(seen, time.Now().Add(wakeTimeout)); err != nil {
+						t.Errorf("a Kick was lost: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	a, b := as[0], bs[0]
+	b.vt().PostSend(t, verbs.SendWR{ID: 9, Opcode: verbs.WRSend, SGL: []verbs.SGE{b.vt().SGE(0, 8)}}) // for the receive posted first
+	verbstest.ExpectWC(t, a.rcq, 1, verbs.WCRecv, verbs.WCSuccess, wakeTimeout)
+	verbstest.ExpectWC(t, b.scq, 9, verbs.WCSend, verbs.WCSuccess, wakeTimeout)
+	r := rand.New(rand.NewPCG(3, 4))
+	for round := range 100 {
+		id := uint64(10 + round)
+		a.vt().PostRecv(t, id, 0, 64)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
+			defer cancel()
+			res <- a.rcq.Wait(ctx)
+		}()
+		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond)
+		b.vt().PostSend(t, verbs.SendWR{ID: id, Opcode: verbs.WRSend, SGL: []verbs.SGE{b.vt().SGE(0, 8)}})
+		if err := <-res; err != nil {
+			t.Fatalf("round %d: the waiter was not woken: %v", round, err)
+		}
+		verbstest.ExpectWC(t, a.rcq, id, verbs.WCRecv, verbs.WCSuccess, wakeTimeout)
+		verbstest.ExpectWC(t, b.scq, id, verbs.WCSend, verbs.WCSuccess, wakeTimeout)
+	}
+	t.Logf("%d doorbell rings", db.rings.Load())
 }
 
 // TestLocalWakes: a sleeping waiter is woken at once by what happens in
@@ -235,4 +314,56 @@ func TestLocalWakes(t *testing.T) {
 		}
 		verbstest.ExpectWC(t, a.rcq, 4, verbs.WCRecv, verbs.WCWRFlushErr, wakeTimeout)
 	})
+}
+
+// TestCloseManyQPsBothWays: both processes destroy many queue pairs at
+// once, while their watchers are busy, so that each side's channel socket
+// is full of the other's announcements: the watchers must not block on
+// sending acknowledgements, which would deadlock them both, and every slot
+// comes back.
+func TestCloseManyQPsBothWays(t *testing.T) {
+	const n = 50
+	da, db, as, bs := sleeperPairs(t, n)
+	// The smallest send buffers, which a few messages fill (a connected
+	// pair's limit is the sender's buffer, about 200 messages by default).
+	for _, d := range []*Device{da, db} {
+		must(t, d.raw.Control(func(fd uintptr) {
+			must(t, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 1))
+		}))
+	}
+	// Hold both watchers off until both sockets are full.
+	da.ctlMu.Lock()
+	db.ctlMu.Lock()
+	done := make(chan struct{}, 2)
+	for _, side := range [][]*node{as, bs} {
+		go func() {
+			for _, x := range side {
+				x.qp.Close()
+			}
+			done <- struct{}{}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	da.ctlMu.Unlock()
+	db.ctlMu.Unlock()
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(wakeTimeout):
+			t.Fatal("closing queue pairs on both sides deadlocked")
+		}
+	}
+	for _, d := range []*Device{da, db} {
+		for deadline := time.Now().Add(wakeTimeout); ; time.Sleep(time.Millisecond) {
+			d.mu.Lock()
+			waiting := len(d.pendingAk)
+			d.mu.Unlock()
+			if waiting == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d slots never acknowledged", waiting)
+			}
+		}
+	}
 }

@@ -350,7 +350,7 @@ func (d *Device) handle(m *msg, fd int) error {
 		off := slotsOffset(d.peerMax) + slot*slotSize
 		p := &peerQP{qpn: qpn, slot: d.peerMem[off : off+slotSize : off+slotSize], pd: m.e,
 			recvCQ: newPeerCQ(d.peerMem, d.peerMax, int(m.c)), sendCQ: newPeerCQ(d.peerMem, d.peerMax, int(m.d))}
-		p.free = func() { d.send(&msg{typ: msgQPAck, a: qpn}, -1) }
+		p.free = func() { d.queueAck(qpn) }
 		d.peerQPs[qpn] = p
 	case msgQPGone:
 		p := d.peerQPs[m.a]
@@ -410,6 +410,53 @@ func (d *Device) handle(m *msg, fd int) error {
 		return bad("unexpected message type %d", m.typ)
 	}
 	return nil
+}
+
+// queueAck acknowledges the peer's destroyed queue pair qpn. The send
+// happens in a goroutine that lives while acknowledgements wait: free
+// runs in the watcher too, which must never block on a send (the peer's
+// watcher may be blocked sending to us, each socket full).
+func (d *Device) queueAck(qpn uint32) {
+	d.ackMu.Lock()
+	if d.ackShut {
+		d.ackMu.Unlock()
+		return
+	}
+	d.acks = append(d.acks, qpn)
+	start := !d.acking
+	if start {
+		d.acking = true
+		d.ackWG.Add(1)
+	}
+	d.ackMu.Unlock()
+	if start {
+		go d.sendAcks()
+	}
+}
+
+// sendAcks sends the waiting acknowledgements until none is left or the
+// channel fails.
+func (d *Device) sendAcks() {
+	defer d.ackWG.Done()
+	for {
+		d.ackMu.Lock()
+		acks := d.acks
+		d.acks = nil
+		if len(acks) == 0 {
+			d.acking = false
+			d.ackMu.Unlock()
+			return
+		}
+		d.ackMu.Unlock()
+		for _, qpn := range acks {
+			if d.send(&msg{typ: msgQPAck, a: qpn}, -1) != nil {
+				d.ackMu.Lock()
+				d.acks, d.acking = nil, false
+				d.ackMu.Unlock()
+				return // the channel failed: the peer frees everything anyway
+			}
+		}
+	}
 }
 
 // Pair returns two devices connected by a channel inside this process,

@@ -67,6 +67,12 @@ type Device struct {
 
 	watchDone chan struct{}
 
+	ackMu   sync.Mutex
+	acks    []uint32 // acknowledgements of the peer's destroyed QPs, to send
+	acking  bool     // sendAcks runs
+	ackShut bool     // Close waits for sendAcks: no more acknowledgements
+	ackWG   sync.WaitGroup
+
 	bell     *os.File  // our doorbell, an eventfd the peer rings; fail closes it
 	peerBell *peerBell // the peer's doorbell
 
@@ -148,6 +154,10 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	d.fail(fmt.Errorf("shm: device closed: %w", verbs.ErrClosed), false)
 	<-d.watchDone
+	d.ackMu.Lock()
+	d.ackShut = true
+	d.ackMu.Unlock()
+	d.ackWG.Wait()
 	d.mu.Lock()
 	qps := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
