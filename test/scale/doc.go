@@ -13,8 +13,8 @@
 //
 // The link is the library's default, auto, which on one host is shm
 // (-scale.link): one shm channel serves every connection between the two
-// processes, with three descriptors per connection on each side (the TCP
-// control socket and two doorbell eventfds). -scale.link=udp runs the udp
+// processes, with one descriptor per connection on each side (the TCP
+// control socket; the channel's doorbells are one eventfd per side). -scale.link=udp runs the udp
 // link, whose devices are shared by all connections of a process (one
 // descriptor per connection); -scale.link=memif shows memif's cap of 64
 // links per process, past which connections go to TCP.

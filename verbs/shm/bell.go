@@ -54,8 +54,8 @@ func newPeerCQ(mem []byte, peerMax int, idx int) peerCQ {
 }
 
 // wake wakes the peer's CQ, whose sleeping flag the caller saw set: it
-// marks the CQ in the wake bitmap and rings the peer's doorbell if the
-// peer's doorbell goroutine waits for a ring.
+// marks the CQ in the wake bitmap and rings the peer's doorbell if a
+// sleeper of the peer reads it.
 func (c *peerCQ) wake(d *Device) {
 	if c.word.Load()&c.bit == 0 {
 		c.word.Or(c.bit)
@@ -73,9 +73,9 @@ type peerBell struct {
 	fd int
 }
 
-// ringPeer rings the peer's doorbell if the peer's doorbell goroutine
-// waits for a ring (its bell word is set); the first waker takes the
-// word, so a burst rings once.
+// ringPeer rings the peer's doorbell if a sleeper of the peer reads it
+// (its bell word is set); the first waker takes the word, so a burst
+// rings once.
 func (d *Device) ringPeer() {
 	w := u64(d.peerMem, offBell)
 	if w.Load() == 0 || w.Swap(0) == 0 {
@@ -175,10 +175,9 @@ func (c *CQ) readBellLoop(ctx context.Context, deadline time.Time, gen <-chan st
 	armed := u64(d.arena, offBell)
 	var b [8]byte
 	var woken []*CQ
-	for {
-		// Set the bell word before taking the bitmap: a mark made after
-		// the take finds the word set and rings.
-		armed.Store(1)
+	// woke takes the marks, wakes the CQs and says whether c is among them
+	// (or closed).
+	woke := func() bool {
 		woken = d.takeWakes(woken[:0])
 		for _, x := range woken {
 			if x == c {
@@ -190,13 +189,28 @@ func (c *CQ) readBellLoop(ctx context.Context, deadline time.Time, gen <-chan st
 		clear(woken)
 		select {
 		case <-gen:
-			return nil
+			return true
 		case <-c.done:
-			return nil
+			return true
 		default:
+			return false
+		}
+	}
+	for {
+		if woke() {
+			return nil // the bell word stays as it is: clear after a ring
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if armed.Load() == 0 {
+			// Set the bell word (the peer took it to ring, or it was
+			// never set), then take again: a mark made before it was set
+			// did not ring, one made after it rings.
+			armed.Store(1)
+			if woke() {
+				return nil
+			}
 		}
 		_, err := d.bell.Read(b[:])
 		switch {

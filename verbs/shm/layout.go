@@ -11,10 +11,10 @@ import (
 //
 //	0                 header page:
 //	  0   magic, version (informational)
-//	  64  bell          1 while the owner's doorbell goroutine waits for a
-//	                    ring; the peer takes it (swap to 0) and rings the
-//	                    owner's eventfd only if it was 1, so a burst of
-//	                    wake-ups rings once
+//	  64  bell          set to 1 by the owner's sleeper that reads its
+//	                    doorbell, before it takes the bitmap; the peer
+//	                    takes it (swap to 0) and rings the owner's eventfd
+//	                    only if it was 1, so a burst of wake-ups rings once
 //	  128 wake summary  wakeSumWords words: bit j of word i says wake word
 //	                    64i+j may have bits set
 //	cqTableOff        maxQPs completion-queue words, one cache line each:
