@@ -14,9 +14,9 @@
 // The link is the library's default, auto, which on one host is shm
 // (-scale.link): one shm channel serves every connection between the two
 // processes. An shm connection closes its TCP control socket once the
-// handshake is done and holds no goroutine of its own; what descriptors
-// it holds on each side are its completion queues' doorbell eventfds
-// (the test checks the goroutines). -scale.link=udp runs the udp
+// handshake is done and holds no goroutine and no descriptor of its own
+// (the channel's doorbells are one eventfd per side; the test checks the
+// goroutines). -scale.link=udp runs the udp
 // link, whose devices are shared by all connections of a process (one
 // descriptor per connection); -scale.link=memif shows memif's cap of 64
 // links per process, past which connections go to TCP.

@@ -86,8 +86,8 @@ func rss() (rss, hwm int64, err error) {
 
 // raiseNoFile raises the soft limit on file descriptors to the hard limit
 // and returns it. A process that may (root) raises the hard limit to
-// want first when it is lower: an shm connection holds three descriptors
-// on each side (its TCP socket, its doorbell and the peer's).
+// want first when it is lower: an shm connection holds one descriptor on
+// each side (its TCP socket; the channel's doorbells are per channel).
 func raiseNoFile(want uint64) (uint64, error) {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {

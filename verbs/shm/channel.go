@@ -35,10 +35,10 @@ type Config struct {
 
 // Open sets up a channel over conn, a connected Unix socket of type
 // SOCK_SEQPACKET to the peer process, which calls Open on its end: the
-// peer's credentials are checked, each side creates its arena and sends
-// it, and a goroutine watches the socket for the channel's life (the
-// peer's death closes it). The device owns conn from then on, also when
-// Open fails.
+// peer's credentials are checked, each side creates its arena and its
+// doorbell and sends them, and a goroutine watches the socket for the
+// channel's life (the peer's death closes it). The device owns conn from
+// then on, also when Open fails.
 func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	defer func() {
 		if err != nil {
@@ -61,8 +61,8 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 		}
 	}
 	d := &Device{conn: conn, raw: raw, maxQPs: cfg.MaxQPs, port: loopbackPort(),
-		qps: map[uint32]*QP{}, cqs: map[*CQ]struct{}{}, peerQPs: map[uint32]*peerQP{},
-		peerCQs: map[uint32]*peerCQ{}, peerMRs: map[uint32]*remoteMR{}, mrs: map[uint32]*MR{},
+		qps: map[uint32]*QP{}, peerQPs: map[uint32]*peerQP{},
+		peerMRs: map[uint32]*remoteMR{}, mrs: map[uint32]*MR{},
 		pendingAk: map[uint32]int{}, slotGen: make([]uint8, cfg.MaxQPs), watchDone: make(chan struct{})}
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
@@ -93,6 +93,13 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("shm: map arena: %w", err)
 	}
+	bellFD := -1
+	d.bell, bellFD, err = newBell()
+	if err != nil {
+		unix.Close(fd)
+		unix.Munmap(d.arena)
+		return nil, err
+	}
 	u32(d.arena, 0).Store(arenaMagic)
 	u32(d.arena, 4).Store(arenaVersion)
 	for i := cfg.MaxQPs - 1; i >= 0; i-- {
@@ -105,6 +112,9 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 	err = d.send(&hello, fd)
 	unix.Close(fd)
 	if err == nil {
+		err = d.send(&msg{typ: msgBell}, bellFD)
+	}
+	if err == nil {
 		err = d.recvHello(hello.y)
 	}
 	if err == nil && !cfg.Deadline.IsZero() {
@@ -114,6 +124,10 @@ func Open(conn *net.UnixConn, cfg Config) (_ *Device, err error) {
 		unix.Munmap(d.arena)
 		if d.peerMem != nil {
 			unix.Munmap(d.peerMem)
+		}
+		d.bell.Close()
+		if d.peerBell != nil {
+			unix.Close(d.peerBell.fd)
 		}
 		return nil, err
 	}
@@ -130,21 +144,10 @@ func sameUser(c *unix.Ucred) error {
 	return nil
 }
 
-// recvHello waits for the peer's hello and maps its arena.
+// recvHello waits for the peer's hello and doorbell, maps its arena and
+// keeps its doorbell.
 func (d *Device) recvHello(nonce uint64) error {
-	var (
-		m   msg
-		fd  = -1
-		err error
-	)
-	rerr := d.raw.Read(func(s uintptr) bool {
-		var got bool
-		got, m, fd, err = recvOne(int(s))
-		return got || err != nil
-	})
-	if err == nil {
-		err = rerr
-	}
+	m, fd, err := d.recvSetup()
 	if err != nil {
 		return fmt.Errorf("shm: waiting for the peer's hello: %w", err)
 	}
@@ -155,6 +158,20 @@ func (d *Device) recvHello(nonce uint64) error {
 	if err := checkMemfd(fd, m.x); err != nil {
 		return fmt.Errorf("%w: arena: %w", ErrViolation, err)
 	}
+	bm, bfd, err := d.recvSetup()
+	if err != nil {
+		return fmt.Errorf("shm: waiting for the peer's doorbell: %w", err)
+	}
+	if bm.typ != msgBell {
+		unix.Close(bfd)
+		return fmt.Errorf("%w: message type %d where the doorbell belongs", ErrViolation, bm.typ)
+	}
+	if err := checkEventfd(bfd); err != nil {
+		unix.Close(bfd)
+		return fmt.Errorf("%w: %w", ErrViolation, err)
+	}
+	d.peerBell = &peerBell{fd: bfd}
+	d.peerBell.free = func() { unix.Close(bfd) }
 	d.peerMem, err = unix.Mmap(fd, 0, int(m.x), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("shm: map the peer's arena: %w", err)
@@ -162,6 +179,21 @@ func (d *Device) recvHello(nonce uint64) error {
 	d.peerMax = int(m.b)
 	d.id = nonce ^ m.y
 	return nil
+}
+
+// recvSetup waits for one message during setup (the socket's deadline
+// bounds it); fd is -1 when none came with it.
+func (d *Device) recvSetup() (m msg, fd int, err error) {
+	fd = -1
+	rerr := d.raw.Read(func(s uintptr) bool {
+		var got bool
+		got, m, fd, err = recvOne(int(s))
+		return got || err != nil
+	})
+	if err == nil {
+		err = rerr
+	}
+	return m, fd, err
 }
 
 // recvOne receives one message without blocking. got is false when none
@@ -310,33 +342,15 @@ func (d *Device) handle(m *msg, fd int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch m.typ {
-	case msgCQNew:
-		if int(m.a) >= d.peerMax || d.peerCQs[m.a] != nil {
-			return bad("completion queue %d", m.a)
-		}
-		if err := checkEventfd(fd); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("%w: %w", ErrViolation, err)
-		}
-		c := &peerCQ{flag: u32(d.peerMem, cqTableOff+int(m.a)*cqWordSize), efd: fd}
-		c.free = func() { unix.Close(fd) }
-		d.peerCQs[m.a] = c
-	case msgCQGone:
-		c := d.peerCQs[m.a]
-		if c == nil {
-			return bad("unknown completion queue %d gone", m.a)
-		}
-		delete(d.peerCQs, m.a)
-		c.retire()
 	case msgQPNew:
 		qpn, slot := m.a, int(m.b)
-		rc, sc := d.peerCQs[m.c], d.peerCQs[m.d]
-		if slot >= d.peerMax || qpn&0xffff != uint32(slot) || d.peerQPs[qpn] != nil || rc == nil || sc == nil {
-			return bad("queue pair %#x in slot %d", qpn, slot)
+		if slot >= d.peerMax || qpn&0xffff != uint32(slot) || d.peerQPs[qpn] != nil || m.c >= uint32(d.peerMax) || m.d >= uint32(d.peerMax) {
+			return bad("queue pair %#x in slot %d with CQs %d and %d", qpn, slot, m.c, m.d)
 		}
 		off := slotsOffset(d.peerMax) + slot*slotSize
-		p := &peerQP{qpn: qpn, slot: d.peerMem[off : off+slotSize : off+slotSize], recvCQ: rc, sendCQ: sc, pd: m.e}
-		p.free = func() { d.send(&msg{typ: msgQPAck, a: qpn}, -1) }
+		p := &peerQP{qpn: qpn, slot: d.peerMem[off : off+slotSize : off+slotSize], pd: m.e,
+			recvCQ: newPeerCQ(d.peerMem, d.peerMax, int(m.c)), sendCQ: newPeerCQ(d.peerMem, d.peerMax, int(m.d))}
+		p.free = func() { d.queueAck(qpn) }
 		d.peerQPs[qpn] = p
 	case msgQPGone:
 		p := d.peerQPs[m.a]
@@ -408,6 +422,53 @@ func (d *Device) handle(m *msg, fd int) error {
 		return bad("unexpected message type %d", m.typ)
 	}
 	return nil
+}
+
+// queueAck acknowledges the peer's destroyed queue pair qpn. The send
+// happens in a goroutine that lives while acknowledgements wait: free
+// runs in the watcher too, which must never block on a send (the peer's
+// watcher may be blocked sending to us, each socket full).
+func (d *Device) queueAck(qpn uint32) {
+	d.ackMu.Lock()
+	if d.ackShut {
+		d.ackMu.Unlock()
+		return
+	}
+	d.acks = append(d.acks, qpn)
+	start := !d.acking
+	if start {
+		d.acking = true
+		d.ackWG.Add(1)
+	}
+	d.ackMu.Unlock()
+	if start {
+		go d.sendAcks()
+	}
+}
+
+// sendAcks sends the waiting acknowledgements until none is left or the
+// channel fails.
+func (d *Device) sendAcks() {
+	defer d.ackWG.Done()
+	for {
+		d.ackMu.Lock()
+		acks := d.acks
+		d.acks = nil
+		if len(acks) == 0 {
+			d.acking = false
+			d.ackMu.Unlock()
+			return
+		}
+		d.ackMu.Unlock()
+		for _, qpn := range acks {
+			if d.send(&msg{typ: msgQPAck, a: qpn}, -1) != nil {
+				d.ackMu.Lock()
+				d.acks, d.acking = nil, false
+				d.ackMu.Unlock()
+				return // the channel failed: the peer frees everything anyway
+			}
+		}
+	}
 }
 
 // Pair returns two devices connected by a channel inside this process,

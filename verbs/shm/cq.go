@@ -4,7 +4,6 @@ package shm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -12,22 +11,20 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rsock-go/rsock/verbs"
 )
 
 // CQ is a completion queue. Completions of this process's own requests
 // wait in a local queue; arrivals from the peer wait in the inbound rings
 // of the queue pairs it serves, and Poll takes them from there. A waiter
-// sleeps on the CQ's eventfd, after setting its sleeping flag in the
-// arena, where the peer looks after it publishes.
+// sets the CQ's sleeping flag in the arena, where the peer looks after it
+// publishes, and sleeps on a Go channel, or reads the channel's doorbell
+// in its turn (bell.go): the doorbell's reader closes it when the peer
+// marks the CQ, and so do this process's completions and Kick.
 type CQ struct {
 	dev  *Device
 	idx  int
-	flag *atomic.Uint32 // in our arena: the peer rings only when set
-	efd  *os.File       // the doorbell, read through the netpoller
-	efdN int
+	flag *atomic.Uint32 // in our arena: the peer wakes us only when set
 
 	mu      sync.Mutex
 	ring    []verbs.WC
@@ -44,9 +41,8 @@ type CQ struct {
 
 	waitMu   sync.Mutex
 	sleepers int
-	reading  bool          // a waiter reads the eventfd; the others wait on gen
-	gen      chan struct{} // closed when the reader leaves
-	token    uint64        // identifies the current reader for interrupts
+	gen      chan struct{} // closed to wake the sleepers, then replaced
+	retired  bool          // Close freed the flag's index: leave it alone
 
 	notifyOnce sync.Once
 	notify     chan struct{}
@@ -58,42 +54,30 @@ var (
 	_ verbs.KickWaiter = (*CQ)(nil)
 )
 
-// CreateCQ creates a completion queue and announces its doorbell.
+// CreateCQ creates a completion queue: a sleeping flag in the arena, no
+// descriptor and no message to the peer (the peer learns a CQ's index
+// from the queue pairs that name it).
 func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth < 1 || depth > 1<<20 {
 		return nil, fmt.Errorf("shm: CQ depth %d: %w", depth, verbs.ErrInvalidArgument)
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.closed || d.dead != nil {
-		d.mu.Unlock()
 		return nil, verbs.ErrClosed
 	}
 	if len(d.cqFree) == 0 {
-		d.mu.Unlock()
 		return nil, fmt.Errorf("shm: %d completion queues in use: %w", d.maxQPs, verbs.ErrQueueFull)
 	}
 	idx := d.cqFree[len(d.cqFree)-1]
 	d.cqFree = d.cqFree[:len(d.cqFree)-1]
-	d.mu.Unlock()
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err == nil {
-		err = d.send(&msg{typ: msgCQNew, a: uint32(idx)}, fd)
-		if err != nil {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		d.mu.Lock()
-		d.cqFree = append(d.cqFree, idx)
-		d.mu.Unlock()
-		return nil, fmt.Errorf("shm: create CQ: %w", err)
-	}
-	c := &CQ{dev: d, idx: idx, flag: u32(d.arena, cqTableOff+idx*cqWordSize), efd: os.NewFile(uintptr(fd), "shm-doorbell"),
-		efdN: fd, ring: make([]verbs.WC, depth), gen: make(chan struct{}), done: make(chan struct{})}
+	c := &CQ{dev: d, idx: idx, flag: u32(d.arena, cqTableOff+idx*cqWordSize),
+		ring: make([]verbs.WC, depth), gen: make(chan struct{}), done: make(chan struct{})}
 	c.flag.Store(0)
-	d.mu.Lock()
-	d.cqs[c] = struct{}{}
-	d.mu.Unlock()
+	if idx >= len(d.cqIdx) {
+		d.cqIdx = append(d.cqIdx, make([]*CQ, idx+1-len(d.cqIdx))...)
+	}
+	d.cqIdx[idx] = c
 	return c, nil
 }
 
@@ -123,14 +107,29 @@ func (c *CQ) room() int {
 	return len(c.ring) - c.n
 }
 
-// wakeLocal rings our own doorbell when a waiter sleeps on it.
+// wakeLocal wakes the waiters that sleep on the CQ, if any. A waiter
+// counts itself in sleepersA before it looks at the CQ a last time, so
+// one that missed what the caller added is counted here.
 func (c *CQ) wakeLocal() {
+	if c.wake() {
+		c.dev.interruptReader(0, c) // one of them may be reading the doorbell
+	}
+}
+
+// wake closes the sleepers' channel, if any sleep, and says whether it
+// did.
+func (c *CQ) wake() bool {
+	if c.sleepersA.Load() == 0 {
+		return false
+	}
 	c.waitMu.Lock()
 	s := c.sleepers
-	c.waitMu.Unlock()
 	if s > 0 {
-		ring(c.efdN)
+		close(c.gen)
+		c.gen = make(chan struct{})
 	}
+	c.waitMu.Unlock()
+	return s > 0
 }
 
 func (c *CQ) queues() (recv, send []*QP) {
@@ -192,8 +191,9 @@ func (c *CQ) ready() bool {
 }
 
 // Wait blocks until Poll would return a completion, ctx ends, or the CQ
-// is closed. It polls for as long as its spin policy says, then sets the sleeping flag, looks again
-// and sleeps on the doorbell: the peer rings it only when the flag is set.
+// is closed. It polls for as long as its spin policy says, then sets
+// the sleeping flag, looks again and sleeps: the peer wakes it (through
+// the channel's doorbell) only when the flag is set.
 func (c *CQ) Wait(ctx context.Context) error {
 	return c.waitFor(ctx, time.Time{}, c.ready)
 }
@@ -201,13 +201,11 @@ func (c *CQ) Wait(ctx context.Context) error {
 // Kicks returns the number of Kick calls so far.
 func (c *CQ) Kicks() uint64 { return c.kicks.Load() }
 
-// Kick wakes every goroutine in WaitKick: it counts, and rings our own
-// doorbell only if someone sleeps.
+// Kick wakes every goroutine in WaitKick: it counts, and wakes the
+// sleepers, if any, through Go (no system call).
 func (c *CQ) Kick() {
 	c.kicks.Add(1)
-	if c.sleepersA.Load() > 0 {
-		ring(c.efdN)
-	}
+	c.wakeLocal()
 }
 
 // WaitKick waits in the calling goroutine until the CQ may hold a
@@ -255,13 +253,13 @@ func (c *CQ) waitFor(ctx context.Context, deadline time.Time, ready func() bool)
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return os.ErrDeadlineExceeded
 		}
-		c.enterSleep()
+		gen := c.enterSleep()
 		if ready() {
 			c.leaveSleep()
 			continue
 		}
 		slept = true
-		err := c.sleep(ctx, deadline)
+		err := c.sleep(ctx, deadline, gen)
 		c.leaveSleep()
 		if err != nil {
 			return err
@@ -275,86 +273,37 @@ func (c *CQ) isClosed() bool {
 	return c.closed
 }
 
-func (c *CQ) enterSleep() {
+// enterSleep counts the caller as a sleeper and sets the sleeping flag
+// (the peer looks at it after it publishes); the caller then looks once
+// more before it sleeps on the channel returned, which any wake-up from
+// now on closes.
+func (c *CQ) enterSleep() <-chan struct{} {
 	c.waitMu.Lock()
 	c.sleepers++
 	c.sleepersA.Add(1)
-	c.flag.Store(1)
+	if !c.retired {
+		c.flag.Store(1)
+	}
+	gen := c.gen
 	c.waitMu.Unlock()
+	return gen
 }
 
 func (c *CQ) leaveSleep() {
 	c.waitMu.Lock()
 	c.sleepers--
 	c.sleepersA.Add(-1)
-	if c.sleepers == 0 {
+	if c.sleepers == 0 && !c.retired {
 		c.flag.Store(0)
 	}
 	c.waitMu.Unlock()
 }
 
-// sleep waits for the doorbell. One waiter reads the eventfd through the
-// netpoller; others wait for it to leave, then look again.
-func (c *CQ) sleep(ctx context.Context, deadline time.Time) error {
-	c.waitMu.Lock()
-	if c.reading {
-		gen := c.gen
-		c.waitMu.Unlock()
-		var timeout <-chan time.Time
-		if !deadline.IsZero() {
-			t := time.NewTimer(time.Until(deadline))
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-gen:
-			return nil
-		case <-c.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timeout:
-			return os.ErrDeadlineExceeded
-		}
-	}
-	c.reading = true
-	c.token++
-	token := c.token
-	c.efd.SetReadDeadline(deadline)
-	c.waitMu.Unlock()
-	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() {
-			c.waitMu.Lock()
-			if c.reading && c.token == token {
-				c.efd.SetReadDeadline(time.Unix(1, 0))
-			}
-			c.waitMu.Unlock()
-		})
-	}
-	var b [8]byte
-	_, err := c.efd.Read(b[:])
-	if stop != nil {
-		stop()
-	}
-	c.waitMu.Lock()
-	c.reading = false
-	close(c.gen)
-	c.gen = make(chan struct{})
-	c.waitMu.Unlock()
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if c.isClosed() {
-			return nil
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return os.ErrDeadlineExceeded
-		}
-		return fmt.Errorf("shm: doorbell: %w", err)
-	}
-	return nil
+// sleep waits until gen is closed (a wake-up), the CQ is closed, ctx ends
+// or deadline passes, reading the channel's doorbell in its turn
+// (bell.go).
+func (c *CQ) sleep(ctx context.Context, deadline time.Time, gen <-chan struct{}) error {
+	return c.sleepOnBell(ctx, deadline, gen)
 }
 
 // Notify returns a channel that receives a token after completions are
@@ -423,25 +372,17 @@ func (c *CQ) Close() error {
 		return verbs.ErrBusy
 	}
 	c.closed = true
-	close(c.done)
+	close(c.done) // the sleepers leave
 	c.mu.Unlock()
-	ring(c.efdN) // a reader leaves
-	d := c.dev
-	if d.deadErr() == nil {
-		d.send(&msg{typ: msgCQGone, a: uint32(c.idx)}, -1)
-	}
+	c.dev.interruptReader(0, c)
 	c.waitMu.Lock()
-	for c.reading {
-		gen := c.gen
-		c.waitMu.Unlock()
-		<-gen
-		c.waitMu.Lock()
-	}
+	c.retired = true // from now on the index may serve another CQ
+	c.flag.Store(0)
 	c.waitMu.Unlock()
-	err := c.efd.Close()
+	d := c.dev
 	d.mu.Lock()
-	delete(d.cqs, c)
+	d.cqIdx[c.idx] = nil
 	d.cqFree = append(d.cqFree, c.idx)
 	d.mu.Unlock()
-	return err
+	return nil
 }

@@ -10,8 +10,7 @@ import (
 // one per datagram, little-endian, with at most one file descriptor:
 //
 //	hello   version, maxQPs, arena size, nonce          + arena memfd
-//	cqNew   cq index                                    + eventfd
-//	cqGone  cq index
+//	bell    (right after hello, once)                   + eventfd: the sender's doorbell
 //	qpNew   qpn, slot, recv cq, send cq, pd
 //	qpGone  qpn         (the owner destroyed the QP)
 //	qpAck   qpn         (the peer stopped writing into its slot)
@@ -21,15 +20,14 @@ import (
 //	bind    a 128-bit binding (x, y)
 const (
 	msgHello  = 1
-	msgCQNew  = 2
-	msgCQGone = 3
-	msgQPNew  = 4
-	msgQPGone = 5
-	msgQPAck  = 6
-	msgMRNew  = 7
-	msgMRGone = 8
-	msgOOL    = 9
-	msgBind   = 10
+	msgBell   = 2
+	msgQPNew  = 3
+	msgQPGone = 4
+	msgQPAck  = 5
+	msgMRNew  = 6
+	msgMRGone = 7
+	msgOOL    = 8
+	msgBind   = 9
 	msgMax    = msgBind
 
 	msgLen = 40 // every message has this length
@@ -38,7 +36,7 @@ const (
 // msg is a decoded control message. Which fields are set depends on typ.
 type msg struct {
 	typ   uint8
-	a, b  uint32 // hello: version, maxQPs; cq: index; qp: qpn, slot; mr: rkey, pd; ool: qpn, length
+	a, b  uint32 // hello: version, maxQPs; qp: qpn, slot; mr: rkey, pd; ool: qpn, length
 	c, d  uint32 // qpNew: recv cq, send cq; mrNew: access
 	e     uint32 // qpNew: pd
 	x, y  uint64 // hello: arena size, nonce; mrNew: addr, length; bind: the binding
@@ -48,7 +46,7 @@ type msg struct {
 // wantsFD says which message types carry exactly one descriptor.
 func wantsFD(typ uint8) bool {
 	switch typ {
-	case msgHello, msgCQNew, msgMRNew, msgOOL:
+	case msgHello, msgBell, msgMRNew, msgOOL:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,10 +60,9 @@ type Device struct {
 	qps       map[uint32]*QP
 	slotFree  []int
 	slotGen   []uint8
-	cqs       map[*CQ]struct{}
+	cqIdx     []*CQ // the CQs in use, by index (for the doorbell goroutine)
 	cqFree    []int
 	peerQPs   map[uint32]*peerQP
-	peerCQs   map[uint32]*peerCQ
 	peerMRs   map[uint32]*remoteMR
 	nextPD    uint32
 	pendingAk map[uint32]int // our destroyed QPs' slots, until the peer acknowledges
@@ -72,6 +72,22 @@ type Device struct {
 	mrs  map[uint32]*MR // by lkey
 
 	watchDone chan struct{}
+
+	ackMu   sync.Mutex
+	acks    []uint32 // acknowledgements of the peer's destroyed QPs, to send
+	acking  bool     // sendAcks runs
+	ackShut bool     // Close waits for sendAcks: no more acknowledgements
+	ackWG   sync.WaitGroup
+
+	bell     *os.File  // our doorbell, an eventfd the peer rings; fail closes it
+	peerBell *peerBell // the peer's doorbell
+
+	bellMu             sync.Mutex // the turn to read the doorbell (bell.go)
+	reading            bool       // a sleeper holds the turn
+	readerCQ           *CQ        // the CQ the reader sleeps on, while it reads
+	readToken          uint64     // changes with every reader
+	bellShut           bool       // the doorbell is closed: sleepers only wait
+	waitHead, waitTail *bellWaiter
 
 	rings atomic.Uint64 // doorbells rung at the peer (for tests)
 }
@@ -83,26 +99,9 @@ type peerQP struct {
 	pin    // retired when the peer destroys it; freeing acknowledges
 	qpn    uint32
 	slot   []byte // its inbound ring, in the peer's arena
-	recvCQ *peerCQ
-	sendCQ *peerCQ
+	recvCQ peerCQ
+	sendCQ peerCQ
 	pd     uint32
-}
-
-// peerCQ is one of the peer's completion queues: its sleeping flag in
-// the peer's arena and its doorbell.
-type peerCQ struct {
-	pin
-	flag *atomic.Uint32
-	efd  int
-}
-
-// ring rings the peer's doorbell unless the peer retired it.
-func (c *peerCQ) ring(d *Device) {
-	d.rings.Add(1)
-	if c.acquire() {
-		ring(c.efd)
-		c.release()
-	}
 }
 
 // Name returns "shm:" and the peer's process id.
@@ -161,15 +160,16 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	d.fail(fmt.Errorf("shm: device closed: %w", verbs.ErrClosed), false)
 	<-d.watchDone
+	d.ackMu.Lock()
+	d.ackShut = true
+	d.ackMu.Unlock()
+	d.ackWG.Wait()
 	d.mu.Lock()
 	qps := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
 		qps = append(qps, q)
 	}
-	cqs := make([]*CQ, 0, len(d.cqs))
-	for c := range d.cqs {
-		cqs = append(cqs, c)
-	}
+	cqs := d.cqsInUse()
 	d.mu.Unlock()
 	var errs []error
 	for _, q := range qps {
@@ -190,10 +190,9 @@ func (d *Device) Close() error {
 		r.retire()
 	}
 	d.peerMRs = nil
-	for _, c := range d.peerCQs {
-		c.retire()
+	if d.peerBell != nil {
+		d.peerBell.retire()
 	}
-	d.peerCQs = nil
 	d.peerQPs = nil
 	d.mu.Unlock()
 	if d.peerMem != nil {
@@ -218,18 +217,30 @@ func (d *Device) fail(cause error, graceful bool) {
 	for _, q := range d.qps {
 		qps = append(qps, q)
 	}
-	cqs := make([]*CQ, 0, len(d.cqs))
-	for c := range d.cqs {
-		cqs = append(cqs, c)
-	}
+	cqs := d.cqsInUse()
 	d.mu.Unlock()
 	d.conn.Close()
+	d.bellMu.Lock()
+	d.bellShut = true
+	d.bellMu.Unlock()
+	d.bell.Close() // a reader of the doorbell leaves
 	for _, q := range qps {
 		q.peerGone(cause, graceful)
 	}
 	for _, c := range cqs {
 		c.wakeLocal()
 	}
+}
+
+// cqsInUse lists the CQs in use. The caller holds mu.
+func (d *Device) cqsInUse() []*CQ {
+	var cqs []*CQ
+	for _, c := range d.cqIdx {
+		if c != nil {
+			cqs = append(cqs, c)
+		}
+	}
+	return cqs
 }
 
 // deadErr returns the channel's failure, or nil.

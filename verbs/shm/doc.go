@@ -5,13 +5,19 @@
 // UCX).
 //
 // Two processes share one channel: a Unix SOCK_SEQPACKET connection that
-// carries file descriptors (SCM_RIGHTS) and small setup messages, and one
-// sealed memfd arena per side that the other maps. Every queue pair's
-// inbound ring (completion entries and a small data area for SENDs) is a
-// slot of its owner's arena; every completion queue has a "sleeping" flag
-// there and an eventfd doorbell that the peer rings only when the flag is
-// set. A memory region with remote access is moved into a sealed memfd at
-// registration and mapped by the peer.
+// carries file descriptors (SCM_RIGHTS) and small setup messages, one
+// sealed memfd arena per side that the other maps, and one eventfd
+// doorbell per side, passed once at setup. Every queue pair's inbound
+// ring (completion entries and a small data area for SENDs) is a slot of
+// its owner's arena; every completion queue has a "sleeping" flag there
+// and a bit in a wake bitmap. The peer, after it published to a queue
+// pair whose CQ sleeps, sets the CQ's bit and rings the doorbell only if
+// the bell word says that a sleeper reads it, so a burst rings once. The
+// sleepers take turns reading the doorbell through Go's netpoller and
+// wake the CQs marked; local completions and Kick wake waiters through Go
+// alone. A completion queue, a queue pair and a sleeping waiter hold no
+// descriptor. A memory region with remote access is moved into a sealed
+// memfd at registration and mapped by the peer.
 //
 // Whatever the peer writes into shared memory is untrusted: indexes and
 // lengths are read once into private variables and bounded, no pointer

@@ -133,6 +133,63 @@ func TestGarbageFlags(t *testing.T) {
 	}
 }
 
+// TestGarbageWakes: the peer writes garbage into the words of the
+// victim's arena that only cause wake-ups (the wake summary, the rest of
+// the header page, the wake bitmap with marks for CQs never created,
+// closed or beyond the arena's, the bell word) and rings the victim's
+// doorbell without cause, over and over, while the victim sleeps and
+// traffic flows: spurious wake-ups only; no panic, no hang, and the
+// channel keeps working.
+func TestGarbageWakes(t *testing.T) {
+	a, b := victimPair(t)
+	closed, err := a.dev.CreateCQ(16) // an index that was in use
+	must(t, err)
+	must(t, closed.Close())
+	arena := b.dev.peerMem // the victim's arena as the attacker maps it
+	stop := make(chan struct{})
+	attacks := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { attacks <- n }()
+		for ; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for off := offWakeSum; off < pageSize; off += 8 {
+				u64(arena, off).Store(^uint64(0))
+			}
+			for off := wakeOffset(a.dev.maxQPs); off < slotsOffset(a.dev.maxQPs); off += 8 {
+				u64(arena, off).Store(^uint64(0))
+			}
+			u64(arena, offBell).Store(uint64(n) * 0x9e3779b97f4a7c15)
+			ring(b.dev.peerBell.fd)
+			time.Sleep(10 * time.Microsecond)
+		}
+	}()
+	for i := range 20 {
+		id := uint64(i)
+		a.vt().PostRecv(t, id, 0, 64)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wcTimeout)
+			defer cancel()
+			res <- a.rcq.Wait(ctx)
+		}()
+		time.Sleep(time.Millisecond) // the waiter sleeps, and is woken for nothing
+		b.vt().PostSend(t, verbs.SendWR{ID: id, Opcode: verbs.WRSend, SGL: []verbs.SGE{b.vt().SGE(0, 8)}})
+		verbstest.ExpectWC(t, b.scq, id, verbs.WCSend, verbs.WCSuccess, wcTimeout)
+		must(t, <-res)
+		verbstest.ExpectWC(t, a.rcq, id, verbs.WCRecv, verbs.WCSuccess, wcTimeout)
+	}
+	close(stop)
+	t.Logf("%d rounds of garbage and rings", <-attacks)
+	if err := a.dev.Err(); err != nil {
+		t.Fatalf("the victim's channel failed: %v", err)
+	}
+}
+
 // FuzzInboundRing writes fuzzed bytes over a queue pair's ring header,
 // entries and data (as a hostile peer could) and polls: whatever the
 // bytes, the victim completes only receives it has posted, or fails the
@@ -196,9 +253,9 @@ type rawPeer struct {
 	arena []byte
 }
 
-// openVictim opens a device whose peer is driven by hand and sends it a
-// valid hello (unless hello is given), returning the Open result.
-func openVictim(t *testing.T, hello func(p *rawPeer) (msg, int)) (*Device, *rawPeer, error) {
+// openVictim opens a device whose peer is driven by hand and sends it the
+// hello and the doorbell message given, returning the Open result.
+func openVictim(t *testing.T, hello func(p *rawPeer) (msg, int), bell func(t *testing.T) (msg, int)) (*Device, *rawPeer, error) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	must(t, err)
@@ -227,6 +284,14 @@ func openVictim(t *testing.T, hello func(p *rawPeer) (msg, int)) (*Device, *rawP
 	if fd >= 0 {
 		unix.Close(fd)
 	}
+	m, fd = bell(t)
+	var b [msgLen]byte
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+		defer unix.Close(fd)
+	}
+	unix.Sendmsg(p.fd, m.encode(&b), oob, nil, 0) // fails if the victim refused the hello
 	r := <-ch
 	if r.d != nil {
 		t.Cleanup(func() { r.d.Close() })
@@ -244,6 +309,13 @@ func validHello(t *testing.T) func(p *rawPeer) (msg, int) {
 		must(t, err)
 		return msg{typ: msgHello, a: arenaVersion, b: 8, x: uint64(size)}, fd
 	}
+}
+
+// validBell is a doorbell like a real peer's.
+func validBell(t *testing.T) (msg, int) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	must(t, err)
+	return msg{typ: msgBell}, fd
 }
 
 func (p *rawPeer) send(t *testing.T, m msg, fd int) {
@@ -287,10 +359,10 @@ func TestHandWrittenMessages(t *testing.T) {
 		"region in a pipe":         func(t *testing.T) (msg, int) { return msg{typ: msgMRNew, a: 1, x: 4096, y: 4096}, pipe(t) },
 		"region past its memfd":    func(t *testing.T) (msg, int) { return msg{typ: msgMRNew, a: 1, x: 4096, y: 1 << 20}, memfd(t, true) },
 		"region without memfd":     func(*testing.T) (msg, int) { return msg{typ: msgMRNew, a: 1, x: 4096, y: 4096}, -1 },
-		"doorbell is a memfd":      func(t *testing.T) (msg, int) { return msg{typ: msgCQNew, a: 1}, memfd(t, true) },
-		"doorbell out of range":    func(t *testing.T) (msg, int) { return msg{typ: msgCQNew, a: 8}, efd(t) },
+		"second doorbell":          func(t *testing.T) (msg, int) { return msg{typ: msgBell}, efd(t) },
 		"queue pair out of range":  func(*testing.T) (msg, int) { return msg{typ: msgQPNew, a: 9, b: 9}, -1 },
-		"queue pair without CQs":   func(*testing.T) (msg, int) { return msg{typ: msgQPNew, a: 0x10001, b: 1}, -1 },
+		"recv CQ out of range":     func(*testing.T) (msg, int) { return msg{typ: msgQPNew, a: 0x10001, b: 1, c: 8}, -1 },
+		"send CQ out of range":     func(*testing.T) (msg, int) { return msg{typ: msgQPNew, a: 0x10001, b: 1, d: 1 << 31}, -1 },
 		"out-of-line to nobody":    func(t *testing.T) (msg, int) { return msg{typ: msgOOL, a: 5, b: 8192}, memfd(t, true) },
 		"acknowledge nothing":      func(*testing.T) (msg, int) { return msg{typ: msgQPAck, a: 5}, -1 },
 		"second hello":             func(t *testing.T) (msg, int) { return msg{typ: msgHello, a: 1}, memfd(t, true) },
@@ -299,7 +371,7 @@ func TestHandWrittenMessages(t *testing.T) {
 	for name, attack := range cases {
 		t.Run(name, func(t *testing.T) {
 			baseline := shmHeld(t)
-			d, p, err := openVictim(t, validHello(t))
+			d, p, err := openVictim(t, validHello(t), validBell)
 			must(t, err)
 			m, fd := attack(t)
 			p.send(t, m, fd)
@@ -322,8 +394,9 @@ func TestHandWrittenMessages(t *testing.T) {
 	}
 }
 
-// TestBadHello: a peer whose hello is wrong, or whose arena is not a
-// sealed memfd of the size it claims, is refused by Open.
+// TestBadHello: a peer whose hello is wrong, whose arena is not a sealed
+// memfd of the size it claims, or whose doorbell is not an eventfd, is
+// refused by Open, and nothing of it is left.
 func TestBadHello(t *testing.T) {
 	size := arenaSize(8)
 	cases := map[string]func(t *testing.T) (msg, int){
@@ -342,14 +415,41 @@ func TestBadHello(t *testing.T) {
 		},
 		"not a hello": func(t *testing.T) (msg, int) { return msg{typ: msgQPAck, a: 1}, -1 },
 	}
-	for name, hello := range cases {
+	bells := map[string]func(t *testing.T) (msg, int){
+		"doorbell is a memfd": func(t *testing.T) (msg, int) {
+			fd, _ := newMemfd("rsock-shm-test", size, nil)
+			return msg{typ: msgBell}, fd
+		},
+		"doorbell is a pipe": func(t *testing.T) (msg, int) {
+			var p [2]int
+			must(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
+			unix.Close(p[1])
+			return msg{typ: msgBell}, p[0]
+		},
+		"no doorbell": func(t *testing.T) (msg, int) { return msg{typ: msgQPAck, a: 1}, -1 },
+	}
+	run := func(name string, hello func(p *rawPeer) (msg, int), bell func(t *testing.T) (msg, int)) {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := openVictim(t, func(*rawPeer) (msg, int) { return hello(t) })
+			baseline := shmHeld(t)
+			_, p, err := openVictim(t, hello, bell)
 			if !errors.Is(err, ErrViolation) {
 				t.Fatalf("Open: %v", err)
 			}
 			t.Logf("refused: %v", err)
+			own := 0
+			if p.arena != nil {
+				own = 1 // the test's own arena mapping
+			}
+			if r := shmResidue(t, baseline); len(r) > own {
+				t.Fatalf("left behind: %q", r)
+			}
 		})
+	}
+	for name, hello := range cases {
+		run(name, func(*rawPeer) (msg, int) { return hello(t) }, validBell)
+	}
+	for name, bell := range bells {
+		run(name, validHello(t), bell)
 	}
 }
 

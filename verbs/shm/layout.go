@@ -9,9 +9,20 @@ import (
 
 // The arena is one sealed memfd per side of a channel, mapped by both:
 //
-//	0                 header page (magic, version; informational)
-//	cqTableOff        maxCQs completion-queue words, one cache line each
-//	slotsOff          maxQPs queue-pair slots of slotSize bytes
+//	0                 header page:
+//	  0   magic, version (informational)
+//	  64  bell          set to 1 by the owner's sleeper that reads its
+//	                    doorbell, before it takes the bitmap; the peer
+//	                    takes it (swap to 0) and rings the owner's eventfd
+//	                    only if it was 1, so a burst of wake-ups rings once
+//	  128 wake summary  wakeSumWords words: bit j of word i says wake word
+//	                    64i+j may have bits set
+//	cqTableOff        maxQPs completion-queue words, one cache line each:
+//	                  the CQ's sleeping flag (written by the owner)
+//	wakeOffset        the wake bitmap: bit k says the peer published to a
+//	                  queue pair of CQ k while that CQ slept (set by the
+//	                  peer with an atomic OR, taken by the owner with a swap)
+//	slotsOffset       maxQPs queue-pair slots of slotSize bytes
 //
 // A queue-pair slot is the inbound ring of the slot owner's queue pair:
 //
@@ -25,11 +36,16 @@ import (
 //	2304 data       dataSize bytes, a byte ring for SEND payloads (to 8 KiB)
 //
 // Each side reads the other's words once, bounds them and keeps its own
-// cursors privately; nothing read back from shared memory is trusted.
+// cursors privately; nothing read back from shared memory is trusted. The
+// bell, summary and bitmap words only cause wake-ups: garbage in them
+// costs spurious ones (a bit for a CQ not in use is ignored).
 const (
 	pageSize   = 4096
 	cqWordSize = 64
 	cqTableOff = pageSize
+
+	offBell    = 64
+	offWakeSum = 128
 
 	offProd      = 0
 	offCons      = 64
@@ -53,18 +69,35 @@ const (
 	DefaultMaxQPs = 16384
 	maxMaxQPs     = 1 << 16
 
+	// maxWakeSumWords is the summary's size for maxMaxQPs; it must fit in
+	// the header page (checked below).
+	maxWakeSumWords = (maxMaxQPs/64 + 63) / 64
+
 	arenaMagic   = 0x4d485352 // "RSHM"
-	arenaVersion = 1
+	arenaVersion = 2          // 2: one doorbell per side and a wake bitmap, no eventfd per CQ
 )
+
+var _ [pageSize - offWakeSum - 8*maxWakeSumWords]struct{} // the summary fits the header page
 
 // arenaSize is the size of an arena for maxQPs queue pairs.
 func arenaSize(maxQPs int) int {
 	return slotsOffset(maxQPs) + maxQPs*slotSize
 }
 
-func slotsOffset(maxQPs int) int {
-	return cqTableOff + (maxQPs*cqWordSize+pageSize-1)/pageSize*pageSize
+// wakeWords is the number of 64-bit words of the wake bitmap, and
+// wakeSumWords of its summary.
+func wakeWords(maxQPs int) int    { return (maxQPs + 63) / 64 }
+func wakeSumWords(maxQPs int) int { return (wakeWords(maxQPs) + 63) / 64 }
+
+func wakeOffset(maxQPs int) int {
+	return cqTableOff + pageRound(maxQPs*cqWordSize)
 }
+
+func slotsOffset(maxQPs int) int {
+	return wakeOffset(maxQPs) + pageRound(wakeWords(maxQPs)*8)
+}
+
+func pageRound(n int) int { return (n + pageSize - 1) / pageSize * pageSize }
 
 // Entry opcodes in the inbound ring.
 const (

@@ -187,7 +187,7 @@ func (q *QP) popOOL() (oolMsg, bool) {
 	return m, true
 }
 
-// wakePeerSender rings the peer QP's send CQ when the peer waits for room
+// wakePeerSender wakes the peer QP's send CQ when the peer waits for room
 // in our ring (or for us to be ready) and sleeps.
 func (q *QP) wakePeerSender() {
 	p := q.dest.Load()
@@ -195,6 +195,6 @@ func (q *QP) wakePeerSender() {
 		return
 	}
 	if u32(p.slot, offTxBlocked).Load() != 0 && p.sendCQ.flag.Load() != 0 {
-		p.sendCQ.ring(q.dev)
+		p.sendCQ.wake(q.dev)
 	}
 }

@@ -151,14 +151,14 @@ func (q *QP) PostWriteInline(wr *verbs.SendWR, data []byte) error {
 	return nil
 }
 
-// finish rings the peer's receive CQ if it sleeps and handles a
+// finish wakes the peer's receive CQ if it sleeps and handles a
 // violation, after the send lock is released.
 func (q *QP) finish(wake *peerQP, viol error) {
 	if viol != nil {
 		q.dev.fail(viol, false)
 	}
 	if wake != nil && wake.recvCQ.flag.Load() != 0 {
-		wake.recvCQ.ring(q.dev)
+		wake.recvCQ.wake(q.dev)
 	}
 }
 
