@@ -310,6 +310,13 @@ func (q *QP) leaveIfDrained() {
 		return
 	}
 	q.setCause(ErrQPGone)
+	q.failHead()
+}
+
+// failHead moves the QP to ERR as a transport failure: the request being
+// carried out (the first queued) completes with WCRetryExcErr, the rest
+// are flushed. The caller holds sqMu.
+func (q *QP) failHead() {
 	var failed *verbs.WC
 	if len(q.pending) > 0 {
 		w := q.pending[0]
@@ -384,13 +391,7 @@ func (q *QP) peerGone(cause error, graceful bool) {
 	q.setCause(cause)
 	q.sqMu.Lock()
 	if q.State() != verbs.QPSErr || len(q.pending) > 0 {
-		var failed *verbs.WC
-		if len(q.pending) > 0 {
-			w := q.pending[0]
-			q.pending = q.pending[1:]
-			failed = &verbs.WC{WRID: w.wr.ID, Opcode: wcOpcode(w.wr.Opcode), QPN: q.qpn}
-		}
-		q.toErr(failed, verbs.WCRetryExcErr)
+		q.failHead()
 	} else {
 		q.flushRecv()
 	}
