@@ -10,7 +10,10 @@
 // doorbell per side, passed once at setup. Every queue pair's inbound
 // ring (completion entries and a small data area for SENDs) is a slot of
 // its owner's arena; every completion queue has a "sleeping" flag there
-// and a bit in a wake bitmap. The peer, after it published to a queue
+// and a bit in a wake bitmap. A waiter polls its rings before it sleeps,
+// for as long as its completion queue's spin policy has learned pays
+// (spin.go: up to 50 µs when the peer answers that fast, backing off
+// after polls in vain). The peer, after it published to a queue
 // pair whose CQ sleeps, sets the CQ's bit and rings the doorbell only if
 // the bell word says that a sleeper reads it, so a burst rings once. The
 // sleepers take turns reading the doorbell through Go's netpoller and
