@@ -164,27 +164,8 @@ func (q *QP) finish(wake *peerQP, viol error) {
 
 // validate checks a request before it is queued or carried out.
 func (q *QP) validate(wr *verbs.SendWR) error {
-	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE {
-		return fmt.Errorf("shm: %d SGEs, QP allows %d: %w", len(wr.SGL), q.cap.MaxSendSGE, verbs.ErrInvalidArgument)
-	}
-	var n uint64
-	for _, s := range wr.SGL {
-		n += uint64(s.Length)
-	}
-	switch wr.Opcode {
-	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
-		if n > 1<<31 {
-			return fmt.Errorf("shm: message of %d bytes exceeds 2 GiB: %w", n, verbs.ErrInvalidArgument)
-		}
-	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
-		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
-			return fmt.Errorf("shm: atomic needs one 8-byte SGE: %w", verbs.ErrInvalidArgument)
-		}
-	default:
-		return fmt.Errorf("shm: send opcode %v: %w", wr.Opcode, verbs.ErrInvalidArgument)
-	}
-	if wr.Flags&verbs.SendInline != 0 && (wr.Opcode == verbs.WRRDMARead || wr.Opcode >= verbs.WRAtomicCmpAndSwp) {
-		return fmt.Errorf("shm: inline %v: %w", wr.Opcode, verbs.ErrInvalidArgument)
+	if _, err := verbs.CheckSendWR(wr, q.cap.MaxSendSGE); err != nil {
+		return fmt.Errorf("shm: %w", err)
 	}
 	return nil
 }

@@ -79,27 +79,13 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 
 // enqueueSend validates wr and copies it into the send queue.
 func (q *QP) enqueueSend(wr *verbs.SendWR) error {
-	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE {
-		return fmt.Errorf("softroce: %d SGEs, QP allows %d: %w", len(wr.SGL), q.cap.MaxSendSGE, verbs.ErrInvalidArgument)
-	}
-	length := sglLen(wr.SGL)
-	switch wr.Opcode {
-	case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead:
-		if length > 1<<31 {
-			return fmt.Errorf("softroce: message of %d bytes exceeds 2 GiB: %w", length, verbs.ErrInvalidArgument)
-		}
-	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAdd:
-		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
-			return fmt.Errorf("softroce: atomic needs one 8-byte SGE: %w", verbs.ErrInvalidArgument)
-		}
-	default:
-		return fmt.Errorf("softroce: send opcode %v: %w", wr.Opcode, verbs.ErrInvalidArgument)
+	length, err := verbs.CheckSendWR(wr, q.cap.MaxSendSGE)
+	if err != nil {
+		return fmt.Errorf("softroce: %w", err)
 	}
 	inline := wr.Flags&verbs.SendInline != 0
-	if inline {
-		if length > uint64(q.cap.MaxInlineData) || wr.Opcode == verbs.WRRDMARead || wr.Opcode >= verbs.WRAtomicCmpAndSwp {
-			return fmt.Errorf("softroce: inline %v of %d bytes (max %d): %w", wr.Opcode, length, q.cap.MaxInlineData, verbs.ErrInvalidArgument)
-		}
+	if inline && length > uint64(q.cap.MaxInlineData) {
+		return fmt.Errorf("softroce: inline %v of %d bytes (max %d): %w", wr.Opcode, length, q.cap.MaxInlineData, verbs.ErrInvalidArgument)
 	}
 	w := &q.sq[q.sqTail%uint32(len(q.sq))]
 	*w = sendWQE{
