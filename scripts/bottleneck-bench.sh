@@ -37,6 +37,9 @@
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
+#   DIAG=1 (after each case, print to stderr the UDP buffer errors at the
+#   sender and the receiver and every veth's drops: loss that is not the
+#   bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -204,6 +207,10 @@ flows() {
 			cp "$tmp/client$j.out" "$LOGDIR/$3-$1-$j.client"
 			cp "$tmp/server$j.out" "$LOGDIR/$3-$1-$j.server"
 		done
+	fi
+	if [ -n "${DIAG:-}" ]; then
+		for ns in "$A" "$B"; do echo "diag $ns: $(ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpSndbufErrors UdpInErrors 2>/dev/null | awk 'NR>1{printf "%s=%s ", $1, $2}')" >&2; done
+		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
 	for s in "${servers[@]}"; do
 		kill -TERM "$s" 2>/dev/null || true
