@@ -61,7 +61,7 @@ func (q *QP) complete(pkt *wire.Packet) {
 		return
 	}
 	if sb := q.comp.sb; sb != nil {
-		sb.reportAt(nanotime(), q.comp.rtt.srtt)
+		sb.reportAt(nanotime(), q.comp.rtt.srtt, q.comp.rtt.min)
 	}
 	op := pkt.BTH.Opcode()
 	switch {

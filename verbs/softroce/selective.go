@@ -18,8 +18,17 @@ const sackWindow = 8 * wire.MaxSACKBytes
 
 // reorderPackets is how many later transmissions must have arrived before
 // a packet that has not is taken as lost (TCP's duplicate-ACK threshold,
-// counted as RACK does, in transmission order rather than PSN order).
+// counted as RACK does, in transmission order rather than PSN order),
+// until the path is seen to reorder more (maxReorderPackets).
 const reorderPackets = 3
+
+// maxReorderPackets bounds the packet threshold a reordering path raises
+// it to (Linux's tcp_max_reordering is 300).
+const maxReorderPackets = 256
+
+// maxReorderMult bounds the reordering window, in quarters of the
+// smoothed round trip: at most a whole round trip (RFC 8985, 6.2).
+const maxReorderMult = 4
 
 // minReorderWindow is the least time by which a transmission that
 // arrived must have followed one that has not for that one to be lost
@@ -118,6 +127,21 @@ type scoreboard struct {
 	rack   uint32   // the latest transmission known to have arrived
 	rackAt int64    // when the latest transmission known to have arrived was sent (ns); 0 for none
 	reoWnd int64    // the reordering window (ns); 0 while no round trip is measured
+	now    int64    // when the report at hand came in (ns)
+	minRTT int64    // the least round trip measured (ns); 0 none
+
+	// Reordering, learned from resends that proved spurious (the first
+	// copy arrived after all): the packet threshold (reorderPackets at
+	// first) and the window in quarters of the smoothed round trip (1 at
+	// first) double and grow by one, at most once per round trip, as
+	// Linux's TCP raises its reordering degree and RACK its reo_wnd_mult
+	// on a DSACK (RFC 8985, 6.2). A veth between namespaces reorders
+	// dozens of packets when a sender moves between CPUs; taking each for
+	// lost cost a third of the goodput at a 400 Mbit/s bottleneck.
+	dupThresh uint32
+	reoMult   int64
+	reoAt     int64  // when the last spurious resend was found (ns)
+	spurious  uint64 // resends found spurious
 	sacked int      // PSNs past the cumulative ACK that arrived
 	high   uint32   // one past the highest PSN selectively acknowledged
 	any    bool     // high is set
@@ -127,7 +151,7 @@ type scoreboard struct {
 // newScoreboard covers size PSNs, a power of two no larger than sackWindow.
 func newScoreboard(size int) *scoreboard {
 	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
-		bits: make([]uint64, (size+63)/64)}
+		bits: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
 }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
@@ -154,20 +178,42 @@ func (s *scoreboard) setSacked(psn uint32, on bool) {
 func later(a, b uint32) bool { return int32(a-b) > 0 }
 
 // reportAt starts handling a report that came in at now; srtt is the
-// smoothed round trip (0 before the first sample).
-func (s *scoreboard) reportAt(now, srtt int64) {
+// smoothed round trip and minRTT the least (0 before the first sample).
+func (s *scoreboard) reportAt(now, srtt, minRTT int64) {
 	s.recent = now - srtt
+	s.now, s.minRTT = now, minRTT
 	s.reoWnd = 0
 	if srtt > 0 {
-		s.reoWnd = max(srtt/4, minReorderWindow)
+		s.reoWnd = max(min(srtt*s.reoMult/4, srtt), minReorderWindow)
 	}
 }
 
 // credible reports whether the report at hand can describe psn's latest
-// transmission.
+// transmission. One that can't, and says psn arrived sooner after its
+// resend than any round trip ever took, describes the first copy: the
+// resend was spurious, and the path reorders.
 func (s *scoreboard) credible(psn uint32) bool {
 	at := s.at[s.index(psn)]
-	return at == 0 || at <= s.recent
+	if at == 0 || at <= s.recent {
+		return true
+	}
+	if s.minRTT > 0 && s.now-at < s.minRTT {
+		s.reordered()
+	}
+	return false
+}
+
+// reordered learns from a spurious resend: the path reorders more than
+// the thresholds allow. Once per round trip, since one reordering event
+// makes many resends spurious.
+func (s *scoreboard) reordered() {
+	s.spurious++
+	if s.reoAt != 0 && s.now-s.reoAt < s.now-s.recent {
+		return
+	}
+	s.reoAt = s.now
+	s.dupThresh = min(2*s.dupThresh, maxReorderPackets)
+	s.reoMult = min(s.reoMult+1, maxReorderMult)
 }
 
 // arrived records that psn arrived, placed or not. One that arrived and
@@ -183,7 +229,7 @@ func (s *scoreboard) arrived(psn uint32) {
 		s.noteArrived(psn)
 		return
 	}
-	if r := s.seq[s.index(psn)] + reorderPackets; later(r, s.rack) {
+	if r := s.seq[s.index(psn)] + s.dupThresh; later(r, s.rack) {
 		s.rack = r
 	}
 }
@@ -255,13 +301,13 @@ func (s *scoreboard) lost(psn uint32) bool {
 		return false
 	}
 	i := s.index(psn)
-	return int32(s.rack-s.seq[i]) >= reorderPackets ||
+	return int32(s.rack-s.seq[i]) >= int32(s.dupThresh) ||
 		s.reoWnd > 0 && s.rackAt-s.sentAt[i] > s.reoWnd
 }
 
 // timedOut makes every PSN sent so far and not known to have arrived
 // count as lost: a local ACK timeout expired.
-func (s *scoreboard) timedOut() { s.rack = s.txSeq + reorderPackets }
+func (s *scoreboard) timedOut() { s.rack = s.txSeq + s.dupThresh }
 
 // forget drops every report of a PSN that arrived past the cumulative
 // ACK, so that those PSNs count as lost after the next timedOut: the
