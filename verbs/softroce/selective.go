@@ -142,10 +142,10 @@ type scoreboard struct {
 	reoMult   int64
 	reoAt     int64  // when the last spurious resend was found (ns)
 	spurious  uint64 // resends found spurious
-	sacked int      // PSNs past the cumulative ACK that arrived
-	high   uint32   // one past the highest PSN selectively acknowledged
-	any    bool     // high is set
-	recent int64    // transmissions after this time are too recent for the report at hand
+	sacked    int    // PSNs past the cumulative ACK that arrived
+	high      uint32 // one past the highest PSN selectively acknowledged
+	any       bool   // high is set
+	recent    int64  // transmissions after this time are too recent for the report at hand
 }
 
 // newScoreboard covers size PSNs, a power of two no larger than sackWindow.
