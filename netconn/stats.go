@@ -45,6 +45,12 @@ type ConnStats struct {
 	// which rsock peers negotiate.
 	PacingRate       uint64 `json:"pacing_rate,omitempty"`
 	CongestionEvents uint64 `json:"congestion_events,omitempty"`
+	// Reordering is how many later packets may arrive before one that
+	// has not counts as lost (selective repeat: 3, more once resends
+	// prove the path reorders); SpuriousResends the resends whose first
+	// copy turned out to have arrived.
+	Reordering      int    `json:"reordering,omitempty"`
+	SpuriousResends uint64 `json:"spurious_resends,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
 	// timeouts.
 	Retransmits uint64 `json:"retransmits,omitempty"`
@@ -95,6 +101,7 @@ func (c *Conn) Stats() ConnStats {
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
+	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv

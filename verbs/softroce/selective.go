@@ -140,18 +140,19 @@ type scoreboard struct {
 	// lost cost a third of the goodput at a 400 Mbit/s bottleneck.
 	dupThresh uint32
 	reoMult   int64
-	reoAt     int64  // when the last spurious resend was found (ns)
-	spurious  uint64 // resends found spurious
-	sacked    int    // PSNs past the cumulative ACK that arrived
-	high      uint32 // one past the highest PSN selectively acknowledged
-	any       bool   // high is set
-	recent    int64  // transmissions after this time are too recent for the report at hand
+	reoAt     int64    // when the last spurious resend was found (ns)
+	spurious  uint64   // resends found spurious
+	spur      []uint64 // by PSN modulo len: the latest resend was found spurious
+	sacked    int      // PSNs past the cumulative ACK that arrived
+	high      uint32   // one past the highest PSN selectively acknowledged
+	any       bool     // high is set
+	recent    int64    // transmissions after this time are too recent for the report at hand
 }
 
 // newScoreboard covers size PSNs, a power of two no larger than sackWindow.
 func newScoreboard(size int) *scoreboard {
 	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
-		bits: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
+		bits: make([]uint64, (size+63)/64), spur: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
 }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
@@ -193,11 +194,13 @@ func (s *scoreboard) reportAt(now, srtt, minRTT int64) {
 // resend than any round trip ever took, describes the first copy: the
 // resend was spurious, and the path reorders.
 func (s *scoreboard) credible(psn uint32) bool {
-	at := s.at[s.index(psn)]
+	i := s.index(psn)
+	at := s.at[i]
 	if at == 0 || at <= s.recent {
 		return true
 	}
-	if s.minRTT > 0 && s.now-at < s.minRTT {
+	if s.minRTT > 0 && s.now-at < s.minRTT && s.spur[i/64]&(1<<(i%64)) == 0 {
+		s.spur[i/64] |= 1 << (i % 64)
 		s.reordered()
 	}
 	return false
@@ -258,6 +261,7 @@ func (s *scoreboard) sent(psn uint32, now int64, again bool) {
 	s.txSeq++
 	i := s.index(psn)
 	s.seq[i], s.sentAt[i], s.at[i] = s.txSeq, max(now, 1), 0
+	s.spur[i/64] &^= 1 << (i % 64)
 	if again {
 		s.at[i] = max(now, 1)
 	}
