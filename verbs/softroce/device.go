@@ -33,7 +33,7 @@ type Config struct {
 	// MaxInflight bounds each QP's unacknowledged request packets. By
 	// default (0) a go-back-N QP sends up to 512 and a selective-repeat
 	// QP up to half its SACK bitmap: 512 packets, or 2048 with wide SACK
-	// (SetWideSACK), each bounded further by SetSendWindowLimit.
+	// (SetWideSACK), bounded further by SetSendWindowLimit.
 	MaxInflight int
 	// RecvBatch is how many packets the receive loop takes per call;
 	// default 64.

@@ -12,11 +12,14 @@ import (
 //
 // A responder indexes the PSNs it placed past a gap by PSN modulo the
 // bitmap's size, so a set bit is unambiguous only while the requester
-// sends less than that far past the first missing PSN. The requester's
-// window is half the bitmap, as it has been with the 1024-PSN bitmap of
-// MaxSACKBytes: a window of W leaves the responder's expected PSN at
-// most W behind the newest PSN sent, which keeps every PSN in flight
-// inside the bitmap with W to spare. Wide SACK (SetWideSACK) grows the
+// sends less than that far past the first missing PSN. The requester
+// keeps the span of PSNs in flight, arrived past a gap or not, below its
+// scoreboard's size, which is at most the bitmap's (windowFull), so that
+// every PSN in flight lies inside the responder's bitmap. Its window
+// (the packets in flight not known to have arrived) is half the bitmap,
+// as it has been with the 1024-PSN bitmap of MaxSACKBytes: the other half
+// holds what arrived past a gap while the gap is repaired, so that a
+// loss does not stall the window at once. Wide SACK (SetWideSACK) grows the
 // bitmap to what a selective NAK's payload of the path MTU holds, up to
 // MaxWideSACKBytes: 4096 PSNs and a window of 2048 packets at a path MTU
 // of 1024 or more, 2048 PSNs at 512, and the narrow 1024 at 256.
@@ -45,9 +48,10 @@ func (q *QP) SetWideSACK(on bool) error {
 	return q.setOption(&q.wide, on)
 }
 
-// SetSendWindowLimit bounds the QP's send window to packets (0: no bound
-// beyond the QP's own), for a user that can never have more in flight.
-// It may be called in RESET, INIT or RTR.
+// SetSendWindowLimit bounds a selective-repeat QP's send window to
+// packets (0: no bound beyond the QP's own), for a user that can never
+// have more in flight; a go-back-N QP keeps the device's MaxInflight, as
+// it always has. It may be called in RESET, INIT or RTR.
 func (q *QP) SetSendWindowLimit(packets int) error {
 	if packets < 0 || packets > maxInflightLimit {
 		return fmt.Errorf("softroce: send window limit %d: %w", packets, verbs.ErrInvalidArgument)
