@@ -33,8 +33,11 @@ func ringWindow(ringSize, mtu, depth int) int {
 	return (ringSize+mtu-1)/mtu + 2*depth
 }
 
-// setRecovery turns on what r says on the endpoint's QP, and bounds its
-// send window by what the peer's ring can take. The Params said the QP
+// setRecovery turns on what r says on the endpoint's QP, and with wide
+// SACK bounds its send window by what the peer's ring can take: a window
+// the ring can never fill only hides the congestion window's reductions.
+// Without wide SACK the window stays as it has always been (512 packets),
+// so that toward older peers nothing changes. The Params said the QP
 // supports each feature.
 func (e *Endpoint) setRecovery(r recovery, ringSize, mtu, depth int) error {
 	if !r.selective {
@@ -48,10 +51,11 @@ func (e *Endpoint) setRecovery(r recovery, ringSize, mtu, depth int) error {
 			return err
 		}
 	}
-	if r.wideSACK {
-		if err := e.qp.(verbs.WideSACKer).SetWideSACK(true); err != nil {
-			return err
-		}
+	if !r.wideSACK {
+		return nil
+	}
+	if err := e.qp.(verbs.WideSACKer).SetWideSACK(true); err != nil {
+		return err
 	}
 	if l, ok := e.qp.(verbs.SendWindowLimiter); ok {
 		return l.SetSendWindowLimit(ringWindow(ringSize, mtu, depth))

@@ -53,8 +53,9 @@ func TestRingWindow(t *testing.T) {
 
 // TestWideSACKNegotiated: over soft-RoCE at a 1024-byte MTU, a stream
 // between two endpoints that offer wide SACK sends up to 2048 packets
-// ahead (bounded by the peer's ring), and one with a peer that does not
-// (an older rsock) keeps today's 512; either way every byte arrives.
+// ahead, bounded by what the peer's ring can have in flight; one with a
+// peer that does not (an older rsock) keeps today's 512 whatever the
+// ring; either way every byte arrives.
 func TestWideSACKNegotiated(t *testing.T) {
 	a, b := devPair(t)
 	for _, tc := range []struct {
@@ -65,7 +66,9 @@ func TestWideSACKNegotiated(t *testing.T) {
 	}{
 		{"both, 4 MiB ring", 4 << 20, true, 2048},
 		{"both, default ring", 0, true, 640},
+		{"both, 64 KiB ring", 64 << 10, true, 192},
 		{"old peer, 4 MiB ring", 4 << 20, false, 512},
+		{"old peer, 64 KiB ring", 64 << 10, false, 512},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{MaxMTU: 1024, RingSize: tc.ring, NoCongestionControl: true}
