@@ -173,3 +173,30 @@ func recvSelectiveNAKs(t *testing.T, l link.Link, quiet time.Duration) []wire.Pa
 	<-done
 	return got
 }
+
+// FuzzWideResponder is FuzzResponder for a QP with wide SACK at a
+// 1024-byte path MTU, whose bitmap tracks 4096 PSNs, with a gap already
+// open so that the bitmap is in use; seeds place WRITEs near and past its
+// far end. Nothing may panic, and no byte outside the MR registered for
+// remote access may change.
+func FuzzWideResponder(f *testing.F) {
+	ft := newFuzzTarget(f)
+	ft.selective, ft.wide, ft.mtu = true, true, verbs.MTU1024
+	seeds := ft.seedPackets()
+	for _, d := range []uint32{1, 1023, 1024, 2047, 4095, 4096, 1 << 23} {
+		seeds = append(seeds, ft.writeOnly(0x100+d, 0, []byte{1, 2, 3, 4}))
+	}
+	for _, p := range seeds {
+		f.Add(p, false)
+		f.Add(p, true)
+	}
+	f.Fuzz(func(t *testing.T, pkt []byte, twice bool) {
+		ft.reset(t)
+		ft.inject(ft.writeOnly(0x102, 8, []byte{9, 9, 9, 9}), ft.peer) // past the gap at 0x100
+		ft.inject(pkt, ft.peer)
+		if twice {
+			ft.inject(pkt, ft.peer)
+		}
+		ft.check(t)
+	})
+}
