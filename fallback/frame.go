@@ -92,6 +92,13 @@ const (
 	// it (and, when it reused a channel, ShmChannel and its own
 	// ShmToken).
 	CapShm uint32 = 1 << 4
+	// CapWideSACK means the sender's queue pair, with selective repeat,
+	// tracks and reports in its selective NAKs up to 4096 PSNs past a gap
+	// (a 512-byte bitmap, no more than a payload of the path MTU holds)
+	// and reads as much, so that it may keep up to 2048 packets in flight
+	// instead of 512; both sides must send it (and CapSelectiveRepeat)
+	// for the connection to use it. It carries no extension bytes.
+	CapWideSACK uint32 = 1 << 6
 )
 
 // Limits of the wire format.

@@ -112,6 +112,11 @@ type Params struct {
 	// (verbs.CongestionController); the stream uses it when both sides
 	// can and selective repeat is on.
 	CongestionControl bool
+
+	// WideSACK says the endpoint's QP can track and report up to 4096
+	// PSNs past a gap (verbs.WideSACKer); the stream uses it when both
+	// sides can and selective repeat is on.
+	WideSACK bool
 }
 
 // Validate checks a peer's parameters before they are used.

@@ -1,6 +1,8 @@
 package softroce
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
@@ -12,8 +14,9 @@ import (
 // arrived; the requester resends only the PSNs that are lost. Both halves
 // are pure state here; the responder and completer drive them.
 
-// sackWindow is how many PSNs past the expected one a responder tracks,
-// and so the largest send window of a selective-repeat QP.
+// sackWindow is how many PSNs past the expected one a responder tracks
+// without wide SACK, and so twice the largest send window of a
+// selective-repeat QP (see sackBytesFor for the wide one).
 const sackWindow = 8 * wire.MaxSACKBytes
 
 // reorderPackets is how many later transmissions must have arrived before
@@ -37,24 +40,40 @@ const maxReorderMult = 4
 const minReorderWindow = int64(50 * time.Microsecond)
 
 // recvBitmap is the responder's record of PSNs placed past the expected
-// PSN. Bits are indexed by PSN modulo sackWindow, so a set bit is
-// unambiguous while every PSN it may stand for lies in [epsn, epsn+sackWindow).
+// PSN. Bits are indexed by PSN modulo the window (a power of two, sized
+// per QP by init), so a set bit is unambiguous while every PSN it may
+// stand for lies in [epsn, epsn+window). The zero value holds nothing
+// and records nothing until init.
 type recvBitmap struct {
-	bits [sackWindow / 64]uint64
+	bits []uint64
 	n    int // bits set
 }
 
+// init sizes the bitmap for window PSNs (a power of two, at least 64)
+// and empties it.
+func (b *recvBitmap) init(window int) {
+	b.bits, b.n = make([]uint64, window/64), 0
+}
+
+// window is how many PSNs the bitmap tells apart; 0 before init.
+func (b *recvBitmap) window() int { return 64 * len(b.bits) }
+
+func (b *recvBitmap) index(psn uint32) uint32 { return psn & uint32(b.window()-1) }
+
 func (b *recvBitmap) has(psn uint32) bool {
-	i := psn % sackWindow
+	if len(b.bits) == 0 {
+		return false
+	}
+	i := b.index(psn)
 	return b.bits[i/64]&(1<<(i%64)) != 0
 }
 
 // set records psn; it reports false if psn was recorded already.
 func (b *recvBitmap) set(psn uint32) bool {
-	i := psn % sackWindow
-	if b.bits[i/64]&(1<<(i%64)) != 0 {
+	if len(b.bits) == 0 || b.has(psn) {
 		return false
 	}
+	i := b.index(psn)
 	b.bits[i/64] |= 1 << (i % 64)
 	b.n++
 	return true
@@ -62,10 +81,10 @@ func (b *recvBitmap) set(psn uint32) bool {
 
 // take clears psn's bit and reports whether it was set.
 func (b *recvBitmap) take(psn uint32) bool {
-	i := psn % sackWindow
-	if b.bits[i/64]&(1<<(i%64)) == 0 {
+	if !b.has(psn) {
 		return false
 	}
+	i := b.index(psn)
 	b.bits[i/64] &^= 1 << (i % 64)
 	b.n--
 	return true
@@ -74,29 +93,56 @@ func (b *recvBitmap) take(psn uint32) bool {
 // empty reports whether no PSN past the expected one was placed.
 func (b *recvBitmap) empty() bool { return b.n == 0 }
 
-// clear forgets every PSN.
-func (b *recvBitmap) clear() { *b = recvBitmap{} }
+// clear forgets every PSN; the window stays.
+func (b *recvBitmap) clear() {
+	clear(b.bits)
+	b.n = 0
+}
+
+// word returns the 64 bits of the ring that start at index i (modulo the
+// window): bit j is index i+j.
+func (b *recvBitmap) word(i uint32) uint64 {
+	i = i & uint32(b.window()-1)
+	w, sh := i/64, i%64
+	x := b.bits[w] >> sh
+	if sh != 0 {
+		x |= b.bits[(int(w)+1)%len(b.bits)] << (64 - sh)
+	}
+	return x
+}
 
 // encode writes the SACK bitmap for epsn (bit i: epsn+1+i placed) into dst
-// and returns its length: just long enough for the highest placed PSN.
+// and returns its length: just long enough for the highest placed PSN, at
+// most len(dst) (a multiple of 4). It works a 64-bit word at a time.
 func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
-	if b.n == 0 {
+	if b.n == 0 || len(b.bits) == 0 {
 		return 0
 	}
-	last, seen := 0, 0
-	for i := 0; i < sackWindow-1 && seen < b.n; i++ {
-		if b.has(psnAdd(epsn, uint32(i+1))) {
-			last = i
-			seen++
+	// Bit i of the SACK is ring index epsn+1+i, for i < window-1 (the
+	// window's last bit would be epsn itself).
+	start, nbits := epsn+1, b.window()-1
+	last := -1
+	for k := (nbits - 1) / 64; k >= 0 && last < 0; k-- {
+		x := b.word(start + uint32(64*k))
+		if rem := nbits - 64*k; rem < 64 {
+			x &= 1<<rem - 1
+		}
+		if x != 0 {
+			last = 64*k + 63 - bits.LeadingZeros64(x)
 		}
 	}
-	n := wire.SACKLen(last + 1)
-	s := wire.SACK(dst[:n])
-	clear(s)
-	for i := 0; i <= last; i++ {
-		if b.has(psnAdd(epsn, uint32(i+1))) {
-			s.Set(i)
+	if last < 0 {
+		return 0
+	}
+	n := wire.SACKLenWithin(last+1, len(dst)&^3)
+	for k := 0; 8*k < n; k++ {
+		x := b.word(start + uint32(64*k))
+		if rem := nbits - 64*k; rem < 64 {
+			x &= 1<<rem - 1
 		}
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x)
+		copy(dst[8*k:n], w[:])
 	}
 	return n
 }
@@ -149,11 +195,16 @@ type scoreboard struct {
 	recent    int64    // transmissions after this time are too recent for the report at hand
 }
 
-// newScoreboard covers size PSNs, a power of two no larger than sackWindow.
+// newScoreboard covers size PSNs, a power of two no larger than the
+// peer's SACK bitmap describes (scoreboardSize).
 func newScoreboard(size int) *scoreboard {
 	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
 		bits: make([]uint64, (size+63)/64), spur: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
 }
+
+// size is how many PSNs the scoreboard covers: the PSNs in flight, from
+// the oldest unacknowledged to the newest sent, must be fewer.
+func (s *scoreboard) size() int { return len(s.seq) }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
 

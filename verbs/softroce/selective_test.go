@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 func TestRecvBitmap(t *testing.T) {
 	var b recvBitmap
+	b.init(sackWindow)
 	epsn := uint32(wire.PSNMask - 2) // the window wraps the PSN space
 	for _, d := range []uint32{2, 3, 40} {
 		if !b.set(psnAdd(epsn, d)) {
@@ -283,5 +285,87 @@ func TestScoreboardResendNotSpurious(t *testing.T) {
 	s.acked(psnAdd(0, wire.PSNMask), 3)
 	if s.spurious != 0 || s.dupThresh != reorderPackets || s.reoMult != 1 {
 		t.Errorf("a report 150 µs after a resend, least round trip 100 µs: spurious %d, threshold %d, window %d/4", s.spurious, s.dupThresh, s.reoMult)
+	}
+}
+
+// TestRecvBitmapWide: at every bitmap size a QP may have (1024, 2048 and
+// 4096 PSNs), with the expected PSN anywhere (across the wrap of the PSN
+// space and of the bitmap's words), the encoded SACK, read back within
+// the reader's limit, names exactly the placed PSNs, in a bitmap just
+// long enough for the highest; a shorter destination keeps the first
+// bits.
+func TestRecvBitmapWide(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, window := range []int{1024, 2048, 4096} {
+		for round := range 200 {
+			var b recvBitmap
+			b.init(window)
+			epsn := r.Uint32() & wire.PSNMask
+			if round%4 == 0 {
+				epsn = psnAdd(wire.PSNMask, uint32(-r.IntN(window))&wire.PSNMask) // wraps
+			}
+			placed := map[int]bool{} // SACK bit i: epsn+1+i
+			k := 1 + r.IntN(40)
+			if round%10 == 0 {
+				k = window // dense
+			}
+			for range k {
+				i := r.IntN(window - 1)
+				if round%3 == 0 {
+					i = window - 2 - r.IntN(8) // the far end
+				}
+				placed[i] = true
+				b.set(psnAdd(epsn, uint32(i+1)))
+			}
+			last := -1
+			for i := range placed {
+				last = max(last, i)
+			}
+			buf := make([]byte, window/8)
+			n := b.encode(buf, epsn)
+			if want := wire.SACKLenWithin(last+1, window/8); n != want {
+				t.Fatalf("window %d: encode wrote %d bytes, want %d (highest bit %d)", window, n, want, last)
+			}
+			s := wire.SACK(buf[:n])
+			lim := s.BitsWithin(window / 8)
+			got := 0
+			for i := s.NextSet(0, lim); i >= 0; i = s.NextSet(i+1, lim) {
+				if !placed[i] {
+					t.Fatalf("window %d epsn %#x: bit %d set, never placed", window, epsn, i)
+				}
+				if !s.Has(i) && i < s.Bits() {
+					t.Fatalf("NextSet and Has disagree at %d", i)
+				}
+				got++
+			}
+			if got != len(placed) {
+				t.Fatalf("window %d epsn %#x: %d bits read back, %d placed", window, epsn, got, len(placed))
+			}
+			// An old peer's reader, and a short destination, see the
+			// first 1024 PSNs only.
+			short := make([]byte, wire.MaxSACKBytes)
+			m := b.encode(short, epsn)
+			ss := wire.SACK(short[:m])
+			for i := range 8 * wire.MaxSACKBytes {
+				if ss.Has(i) != placed[i] || s.Has(i) != placed[i] {
+					t.Fatalf("window %d: the first 1024 bits differ at %d", window, i)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkRecvBitmapEncode encodes a 4096-PSN bitmap with a few PSNs
+// placed far past the gap, a word at a time.
+func BenchmarkRecvBitmapEncode(b *testing.B) {
+	var bm recvBitmap
+	bm.init(4096)
+	epsn := uint32(wire.PSNMask - 100)
+	for _, d := range []uint32{3, 900, 2000, 4000} {
+		bm.set(psnAdd(epsn, d))
+	}
+	buf := make([]byte, 512)
+	for b.Loop() {
+		bm.encode(buf, epsn)
 	}
 }
