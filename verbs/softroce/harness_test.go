@@ -80,6 +80,8 @@ type pairOpts struct {
 	recvWR      uint32
 	selective   bool // selective repeat on both QPs
 	congestion  bool // congestion control asked for on both QPs
+	ecn         bool // ECN asked for on both QPs, but for a's with ecnOffA
+	ecnOffA     bool
 	capture     *Capture
 }
 
@@ -162,6 +164,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 		must(t, me.qp.SetSelectiveRepeat(o.selective))
 		must(t, me.qp.SetCongestionControl(o.congestion))
+		must(t, me.qp.SetECN(o.ecn && !(me == a && o.ecnOffA)))
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 			AH:      verbs.AH{DGID: verbs.GIDFromAddr(pa.Addr()), DPort: pa.Port()},
