@@ -14,6 +14,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.CongestionControl {
 		caps |= fallback.CapCongestionControl
 	}
+	if p.ECN {
+		caps |= fallback.CapECN
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -46,5 +49,6 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 		RecvDepth:       int(h.RecvDepth),
 	}
 	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
+	p.ECN = h.Capabilities&fallback.CapECN != 0
 	return p
 }

@@ -104,6 +104,11 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 			if err := e.qp.(verbs.CongestionController).SetCongestionControl(true); err != nil {
 				return nil, err
 			}
+			if peer.ECN && e.params.ECN {
+				if err := e.qp.(verbs.ECNReactor).SetECN(true); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	err := verbs.ConnectRC(e.qp, verbs.RCPeer{
