@@ -45,6 +45,16 @@ type ConnStats struct {
 	// which rsock peers negotiate.
 	PacingRate       uint64 `json:"pacing_rate,omitempty"`
 	CongestionEvents uint64 `json:"congestion_events,omitempty"`
+	// ECN, where both peers negotiated it: ECNCERecv counts the packets
+	// this end received CE-marked (a queue on the way over its
+	// threshold), ECNEchoesSent the echoes that told the peer so;
+	// ECNEchoesRecv counts the peer's echoes and ECNMarksEchoed the CE
+	// marks they reported on this end's packets, which the congestion
+	// controller reacted to.
+	ECNCERecv      uint64 `json:"ecn_ce_recv,omitempty"`
+	ECNEchoesSent  uint64 `json:"ecn_echoes_sent,omitempty"`
+	ECNEchoesRecv  uint64 `json:"ecn_echoes_recv,omitempty"`
+	ECNMarksEchoed uint64 `json:"ecn_marks_echoed,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
 	// timeouts.
 	Retransmits uint64 `json:"retransmits,omitempty"`
@@ -95,6 +105,8 @@ func (c *Conn) Stats() ConnStats {
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
+	st.ECNCERecv, st.ECNEchoesSent = q.Counters.ECNCERecv, q.Counters.ECNEchoesSent
+	st.ECNEchoesRecv, st.ECNMarksEchoed = q.Counters.ECNEchoesRecv, q.Counters.ECNMarksEchoed
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv
