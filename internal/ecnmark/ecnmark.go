@@ -16,6 +16,14 @@
 // start as soon as the real queue holds Threshold, so that a flow that
 // reacts to them keeps the real queue short and loses nothing.
 //
+// A token bucket (tbf) in front of the real queue lets a burst of up to
+// its bucket pass at once after a pause; Burst gives the virtual queue
+// the same credit (it may lag behind the present by up to Burst's time at
+// Rate), so that it stands where the real queue stands. Without it, the
+// GSO bursts of a sender on a fast path filled the virtual queue past a
+// 1 ms threshold while the real one behind a 64 KiB bucket stayed empty,
+// and nearly every packet was marked.
+//
 // The program is assembled here with cilium/ebpf's asm package; no C
 // compiler is involved. It needs root (CAP_BPF and CAP_NET_ADMIN) and a
 // kernel with tcx (6.6 or later).
@@ -48,6 +56,9 @@ type Config struct {
 	// Limit is the longest the virtual queue grows (the real queue's
 	// depth); default 20 ms.
 	Limit time.Duration
+	// Burst is the bucket of the token bucket behind the marker, in
+	// bytes (tbf's burst); 0 for none.
+	Burst uint64
 }
 
 // Counts are the marker's counters since it was made.
@@ -119,6 +130,9 @@ func New(cfg Config) (*Marker, error) {
 // psPerByte is how many picoseconds a byte takes at rate bits per second.
 func psPerByte(rate uint64) int64 { return int64(8e12 / float64(rate)) }
 
+// burstNs is how long the bucket's credit lasts at the rate.
+func burstNs(cfg Config) int64 { return int64(cfg.Burst) * psPerByte(cfg.Rate) / 1000 }
+
 // tcxNext is the tcx verdict that passes the packet on (to the next
 // program, then the qdisc).
 const tcxNext = -1
@@ -169,24 +183,29 @@ func program(mapFD int, cfg Config) asm.Instructions {
 		asm.JEq.Imm(ecn, 0, "queue"),
 		asm.Mov.Imm(asm.R1, 1),
 		asm.AddAtomic.Mem(st, asm.R1, asm.DWord, offECT),
-		// The virtual queue: it drains at drainAt (or is empty); this
-		// packet adds len × psPerByte / 1000 ns.
+		// The virtual queue: it drains at drainAt, which lags behind
+		// now by at most the bucket's credit (an empty queue with its
+		// bucket full); this packet adds len × psPerByte / 1000 ns.
 		asm.LoadMem(asm.R2, ctx, skLen, asm.Word).WithSymbol("queue"),
 		asm.LoadImm(asm.R3, psPerByte(cfg.Rate), asm.DWord),
 		asm.Mul.Reg(asm.R2, asm.R3),
 		asm.Div.Imm(asm.R2, 1000),
 		asm.LoadMem(asm.R1, st, offDrainAt, asm.DWord),
-		asm.JGE.Reg(asm.R1, now, "busy"),
-		asm.Mov.Reg(asm.R1, now),
+		asm.Mov.Reg(asm.R4, now),
+		asm.LoadImm(asm.R5, burstNs(cfg), asm.DWord),
+		asm.Sub.Reg(asm.R4, asm.R5),
+		asm.JGE.Reg(asm.R1, asm.R4, "busy"),
+		asm.Mov.Reg(asm.R1, asm.R4),
 		asm.Add.Reg(asm.R1, asm.R2).WithSymbol("busy"),
-		// R3 = the wait of this packet's last byte.
+		// R3 = the wait of this packet's last byte (negative: the
+		// bucket still has credit).
 		asm.Mov.Reg(asm.R3, asm.R1),
 		asm.Sub.Reg(asm.R3, now),
 		asm.LoadImm(asm.R4, int64(cfg.Limit), asm.DWord),
-		asm.JGT.Reg(asm.R3, asm.R4, "out"),
+		asm.JSGT.Reg(asm.R3, asm.R4, "out"),
 		asm.StoreMem(st, offDrainAt, asm.R1, asm.DWord),
 		asm.LoadImm(asm.R4, int64(cfg.Threshold), asm.DWord),
-		asm.JLE.Reg(asm.R3, asm.R4, "out"),
+		asm.JSLE.Reg(asm.R3, asm.R4, "out"),
 		// Over the threshold: mark ECT(0) and ECT(1); Not-ECT and CE
 		// pass as they are.
 		asm.JEq.Imm(ecn, 0, "out"),

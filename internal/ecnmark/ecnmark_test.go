@@ -78,7 +78,8 @@ func ecn6(b []byte) byte { return b[15] >> 4 & 3 }
 // TestMarksOverThreshold runs the program on crafted frames: at 8 kbit/s
 // a 114-byte frame waits 114 ms, over the 1 ms threshold, so ECT(0) and
 // ECT(1) frames leave CE (IPv4 with a correct checksum), and Not-ECT and
-// CE frames leave as they came; at 10 Gbit/s nothing is marked.
+// CE frames leave as they came; at 10 Gbit/s, or behind a bucket with
+// credit, nothing is marked.
 func TestMarksOverThreshold(t *testing.T) {
 	slow := Config{Rate: 8000, Threshold: time.Millisecond, Limit: time.Hour}
 	for _, c := range []struct {
@@ -97,6 +98,8 @@ func TestMarksOverThreshold(t *testing.T) {
 		{"ipv6-ect1", slow, frame6(0x01), ecn6, 3, 1},
 		{"ipv6-not-ect", slow, frame6(0x00), ecn6, 0, 0},
 		{"ipv4-ect0-fast", Config{Rate: 10e9}, frame4(0x02), ecn4, 2, 0},
+		// A bucket of 10 kB at 1 kB/s: 10 s of credit before a queue.
+		{"ipv4-ect0-bucket", Config{Rate: 8000, Threshold: time.Millisecond, Limit: time.Hour, Burst: 10000}, frame4(0x02), ecn4, 2, 0},
 		{"ipv6-ect1-fast", Config{Rate: 10e9}, frame6(0x01), ecn6, 1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
