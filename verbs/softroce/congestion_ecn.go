@@ -28,11 +28,18 @@ type ecnReaction struct {
 // marks halve the window, as a loss would.
 func newECNReaction() ecnReaction { return ecnReaction{alpha: 1} }
 
-// OnECNMarks counts n packets the peer reported CE-marked.
+// OnECNMarks counts n packets the peer reported CE-marked. Marks end slow
+// start at once, as an ECE does TCP's: the window stops doubling now, and
+// the cut follows at the round trip's end. (Waiting for the round's end
+// let slow start double the window through a round trip that the
+// growing queue made 20 ms long, and a flow starting at a 100 Mbit/s
+// bottleneck overflowed its 20 ms queue before its first cut.)
 func (c *delayGated) OnECNMarks(n int) {
-	if n > 0 {
-		c.ecn.marked += n
+	if n <= 0 {
+		return
 	}
+	c.ecn.marked += n
+	c.ssthresh = min(c.ssthresh, c.cwnd)
 }
 
 // endRound folds a round trip of acked packets into alpha and returns

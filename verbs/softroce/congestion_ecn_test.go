@@ -89,3 +89,23 @@ func TestECNMarksOnceWithLoss(t *testing.T) {
 		t.Fatalf("%d congestion events, want 1", ev)
 	}
 }
+
+// TestECNMarksEndSlowStart: the first marks end slow start at once: the
+// window stops doubling within the round trip they arrive in, before the
+// round's end cuts it.
+func TestECNMarksEndSlowStart(t *testing.T) {
+	s := newCCSim(4096)
+	w := s.c.Cwnd()
+	if w >= s.c.ssthresh {
+		t.Fatalf("not in slow start: cwnd %d, ssthresh %d", w, s.c.ssthresh)
+	}
+	s.c.OnECNMarks(1)
+	if s.c.ssthresh != w {
+		t.Fatalf("marks in slow start: ssthresh %d, want the window %d", s.c.ssthresh, w)
+	}
+	// Acknowledgements within the same round no longer double the window.
+	s.c.OnPacketsAcked(w/2, s.high, s.high+uint32(w))
+	if got := s.c.Cwnd(); got > w+w/8 {
+		t.Fatalf("half a window acknowledged after the marks: cwnd %d from %d, want no slow-start growth", got, w)
+	}
+}
