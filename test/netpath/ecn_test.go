@@ -33,8 +33,12 @@ const (
 // over rsock on the udp link, through a router whose egress toward B is
 // a 100 Mbit/s token bucket with a 20 ms queue, a virtual queue in front
 // of it marking CE over 1 ms. With ECN negotiated, the marker must mark
-// A's packets, B must see and echo the marks, A must hear them, and the
-// bucket must drop (almost) nothing. With ECN turned off at B
+// A's packets, B must see and echo the marks, A must hear them, and once
+// the flow has started (B received the first quarter) the bucket must
+// drop (almost) nothing. (The start may still overflow it: the first
+// windows of a slow start toward a 100 µs round trip fill the 20 ms queue
+// within 15 ms, before the first marks come back; measured: 0 to 330
+// drops, all in the first 250 ms.) With ECN turned off at B
 // (RSOCK_ECN=off: not negotiated), no packet may cross the router
 // ECN-capable, so nothing is marked or echoed. Both ways the bytes must
 // arrive intact, on RDMA.
@@ -56,7 +60,14 @@ func TestECNBottleneck(t *testing.T) {
 			if !c.ecn {
 				env = []string{netconn.EnvECN + "=off"}
 			}
-			lp, dp := startExchangeEnv(t, lab, bin, env, netlab.ExchangeOptions{Bytes: ecnBytes, Seed: uint64(200 + i), Port: 18750})
+			lp, dp := startExchangeEnv(t, lab, bin, env, netlab.ExchangeOptions{Bytes: ecnBytes, Seed: uint64(200 + i), Port: 18750,
+				ProgressEvery: ecnBytes / 4})
+			// B's first progress event: a quarter of A's stream is through
+			// the bottleneck, and the start is over.
+			if _, err := netlab.WaitEvent(lp, hangLimit(ecnBytes), netlab.IsEvent(netlab.EventProgress)); err != nil {
+				t.Fatal(err)
+			}
+			startDrops, _ := tbfCounts(t, lab)
 			lres, dres := waitExchange(t, lp, dp, ecnBytes)
 			mc, err := m.Counts()
 			if err != nil {
@@ -64,7 +75,8 @@ func TestECNBottleneck(t *testing.T) {
 			}
 			drops, sent := tbfCounts(t, lab)
 			b, a := lres.Counters, dres.Counters
-			t.Logf("marker: %d packets, %d ECN-capable, %d marked; tbf: %d sent, %d dropped", mc.Packets, mc.ECT, mc.Marked, sent, drops)
+			t.Logf("marker: %d packets, %d ECN-capable, %d marked; tbf: %d sent, %d dropped (%d of them in the first quarter)",
+				mc.Packets, mc.ECT, mc.Marked, sent, drops, startDrops)
 			t.Logf("B: %d ECN-capable received, %d CE, %d echoes sent; A: %d echoes received, %d marks echoed, %d congestion events",
 				b.ECNCapableRecv, b.ECNCERecv, b.ECNEchoesSent, a.ECNEchoesRecv, a.ECNMarksEchoed, a.CongestionEvents)
 			if mc.Packets == 0 || sent == 0 {
@@ -84,8 +96,8 @@ func TestECNBottleneck(t *testing.T) {
 			if b.ECNCERecv > mc.Marked || a.ECNMarksEchoed > b.ECNCERecv {
 				t.Errorf("more marks seen (%d) than set (%d), or echoed (%d) than seen", b.ECNCERecv, mc.Marked, a.ECNMarksEchoed)
 			}
-			if limit := max(20, sent/200); drops > limit {
-				t.Errorf("the bottleneck dropped %d of %d packets with ECN, want at most %d", drops, sent+drops, limit)
+			if limit := max(5, sent/1000); drops-startDrops > limit {
+				t.Errorf("after the start, the bottleneck dropped %d of %d packets with ECN, want at most %d", drops-startDrops, sent+drops, limit)
 			}
 		})
 	}
@@ -152,7 +164,7 @@ func tbfCounts(t *testing.T, lab *netlab.Lab) (drops, sent uint64) {
 func startExchangeEnv(t *testing.T, lab *netlab.Lab, bin string, env []string, o netlab.ExchangeOptions) (listener, dialer *netlab.Proc) {
 	t.Helper()
 	addr := net.JoinHostPort(lab.B.Addr(o.IPv6).String(), strconv.Itoa(o.Port))
-	common := []string{"-bytes", fmt.Sprint(o.Bytes), "-seed", fmt.Sprint(o.Seed)}
+	common := []string{"-bytes", fmt.Sprint(o.Bytes), "-seed", fmt.Sprint(o.Seed), "-progress", fmt.Sprint(o.ProgressEvery)}
 	args := append(append([]string{}, env...), append([]string{bin, "exchange", "-listen", addr}, common...)...)
 	listener, err := lab.Start(lab.B, "env", args...)
 	if err != nil {
