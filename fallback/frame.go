@@ -97,6 +97,13 @@ const (
 	// control; both sides must send it (and CapCongestionControl) for the
 	// connection to use it.
 	CapECN uint32 = 1 << 5
+	// CapWideSACK means the sender's queue pair, with selective repeat,
+	// tracks and reports in its selective NAKs up to 4096 PSNs past a gap
+	// (a 512-byte bitmap, no more than a payload of the path MTU holds)
+	// and reads as much, so that it may keep up to 2048 packets in flight
+	// instead of 512; both sides must send it (and CapSelectiveRepeat)
+	// for the connection to use it. It carries no extension bytes.
+	CapWideSACK uint32 = 1 << 6
 )
 
 // Limits of the wire format.

@@ -62,7 +62,11 @@ func extremeHellos() map[string]*Hello {
 		shmReuse.ShmToken[i] = byte(0xF0 + i)
 	}
 
-	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif, "shm-dial": shmDial, "shm-reuse": shmReuse}
+	wide := testHello()
+	wide.Capabilities |= CapSelectiveRepeat | CapCongestionControl | CapWideSACK
+
+	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif, "shm-dial": shmDial, "shm-reuse": shmReuse,
+		"wide-sack": wide}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -702,5 +706,40 @@ func TestPreface(t *testing.T) {
 	// The frame magic is not valid UTF-8, so no text protocol starts with it.
 	if bytes.ContainsAny([]byte{magic0, magic1}, "\r\n") || string([]byte{magic0, magic1}) == strings.ToValidUTF8(string([]byte{magic0, magic1}), "") {
 		t.Error("frame magic is valid UTF-8")
+	}
+}
+
+// TestWideSACKCarriesNoExtension: CapWideSACK (bit 6) is a bare
+// capability: a Hello that sets it is as long as one that does not, so
+// an older decoder, which skips unknown bits, reads it unchanged; each
+// capability bit is distinct.
+func TestWideSACKCarriesNoExtension(t *testing.T) {
+	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapWideSACK}
+	seen := uint32(0)
+	for _, c := range caps {
+		if c&seen != 0 || c&(c-1) != 0 {
+			t.Fatalf("capability %#x is not a bit of its own", c)
+		}
+		seen |= c
+	}
+	if CapWideSACK != 1<<6 {
+		t.Fatalf("CapWideSACK = %#x, want 1<<6 (bit 5 is another extension's)", CapWideSACK)
+	}
+	for _, sr := range []uint32{0, CapSelectiveRepeat} {
+		narrow := testHello()
+		narrow.Capabilities |= sr
+		wide := testHello()
+		wide.Capabilities |= sr | CapWideSACK
+		nb, wb := AppendHello(nil, narrow), AppendHello(nil, wide)
+		if len(nb) != len(wb) {
+			t.Fatalf("a Hello with CapWideSACK is %d bytes, without %d", len(wb), len(nb))
+		}
+		got, err := ReadHello(bytes.NewReader(wb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Capabilities != wide.Capabilities {
+			t.Fatalf("capabilities %#x read back as %#x", wide.Capabilities, got.Capabilities)
+		}
 	}
 }

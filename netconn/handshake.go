@@ -17,6 +17,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.ECN {
 		caps |= fallback.CapECN
 	}
+	if p.WideSACK {
+		caps |= fallback.CapWideSACK
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -50,5 +53,6 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 	}
 	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
 	p.ECN = h.Capabilities&fallback.CapECN != 0
+	p.WideSACK = h.Capabilities&fallback.CapWideSACK != 0
 	return p
 }

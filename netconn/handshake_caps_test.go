@@ -6,33 +6,69 @@ import (
 
 	"github.com/rsock-go/rsock/fallback"
 	"github.com/rsock-go/rsock/rsock"
+	"github.com/rsock-go/rsock/verbs"
 )
 
 // TestParamsOfCapabilities: the peer's selective repeat, congestion
-// control and ECN are read from their own capability bits, each on its
-// own, and helloFor writes each back.
+// control, wide SACK and ECN are read from their own capability bits,
+// each on its own.
 func TestParamsOfCapabilities(t *testing.T) {
 	for _, tc := range []struct {
-		caps        uint32
-		sr, cc, ecn bool
+		caps              uint32
+		sr, cc, wide, ecn bool
 	}{
-		{fallback.CapStream, false, false, false},
-		{fallback.CapStream | fallback.CapSelectiveRepeat, true, false, false},
-		{fallback.CapStream | fallback.CapCongestionControl, false, true, false},
-		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl, true, true, false},
-		{fallback.CapStream | fallback.CapECN, false, false, true},
-		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapECN, true, true, true},
+		{fallback.CapStream, false, false, false, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat, true, false, false, false},
+		{fallback.CapStream | fallback.CapCongestionControl, false, true, false, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl, true, true, false, false},
+		{fallback.CapStream | fallback.CapWideSACK, false, false, true, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapWideSACK, true, false, true, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapWideSACK, true, true, true, false},
+		{fallback.CapStream | fallback.CapECN, false, false, false, true},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapECN, true, true, false, true},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapWideSACK | fallback.CapECN, true, true, true, true},
 	} {
 		p := paramsOf(&fallback.Hello{Capabilities: tc.caps})
-		if p.SelectiveRepeat != tc.sr || p.CongestionControl != tc.cc || p.ECN != tc.ecn {
-			t.Errorf("caps %#x: selective repeat %v, congestion control %v, ECN %v; want %v, %v, %v",
-				tc.caps, p.SelectiveRepeat, p.CongestionControl, p.ECN, tc.sr, tc.cc, tc.ecn)
+		if p.SelectiveRepeat != tc.sr || p.CongestionControl != tc.cc || p.WideSACK != tc.wide || p.ECN != tc.ecn {
+			t.Errorf("caps %#x: selective repeat %v, congestion control %v, wide SACK %v, ECN %v; want %v, %v, %v, %v",
+				tc.caps, p.SelectiveRepeat, p.CongestionControl, p.WideSACK, p.ECN, tc.sr, tc.cc, tc.wide, tc.ecn)
 		}
 	}
+}
+
+// TestHelloCapabilities: the Hello announces wide SACK, bit 6, and ECN,
+// bit 5, exactly when the endpoint offers them, and they survive the
+// wire.
+func TestHelloCapabilities(t *testing.T) {
+	if fallback.CapWideSACK != 1<<6 {
+		t.Fatalf("CapWideSACK = %#x, want bit 6", fallback.CapWideSACK)
+	}
 	if fallback.CapECN != 1<<5 {
-		t.Errorf("CapECN is %#x, want bit 5", fallback.CapECN)
+		t.Fatalf("CapECN = %#x, want bit 5", fallback.CapECN)
+	}
+	d := &sharedDevice{dev: helloTestDevice{}}
+	for _, wide := range []bool{false, true} {
+		for _, ecn := range []bool{false, true} {
+			p := rsock.Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: wide, ECN: ecn}
+			h := helloFor(d, p)
+			if got := h.Capabilities&fallback.CapWideSACK != 0; got != wide {
+				t.Errorf("WideSACK %v: Hello capabilities %#x", wide, h.Capabilities)
+			}
+			if got := h.Capabilities&fallback.CapECN != 0; got != ecn {
+				t.Errorf("ECN %v: Hello capabilities %#x", ecn, h.Capabilities)
+			}
+			if got := paramsOf(h); got.WideSACK != wide || got.ECN != ecn {
+				t.Errorf("WideSACK %v, ECN %v read back as %v, %v", wide, ecn, got.WideSACK, got.ECN)
+			}
+		}
 	}
 }
+
+// helloTestDevice names a provider and a link; nothing else is called.
+type helloTestDevice struct{ verbs.Device }
+
+func (helloTestDevice) Provider() string { return "softroce" }
+func (helloTestDevice) Link() string     { return "udp" }
 
 // TestEnvECN: RSOCK_ECN=off (or 0) sets rsock.Config.NoECN, unset, on or
 // 1 leave it clear, and another value is an error naming the variable.

@@ -55,6 +55,12 @@ type ConnStats struct {
 	ECNEchoesSent  uint64 `json:"ecn_echoes_sent,omitempty"`
 	ECNEchoesRecv  uint64 `json:"ecn_echoes_recv,omitempty"`
 	ECNMarksEchoed uint64 `json:"ecn_marks_echoed,omitempty"`
+	// Reordering is how many later packets may arrive before one that
+	// has not counts as lost (selective repeat: 3, more once resends
+	// prove the path reorders); SpuriousResends the resends whose first
+	// copy turned out to have arrived.
+	Reordering      int    `json:"reordering,omitempty"`
+	SpuriousResends uint64 `json:"spurious_resends,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
 	// timeouts.
 	Retransmits uint64 `json:"retransmits,omitempty"`
@@ -107,6 +113,7 @@ func (c *Conn) Stats() ConnStats {
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
 	st.ECNCERecv, st.ECNEchoesSent = q.Counters.ECNCERecv, q.Counters.ECNEchoesSent
 	st.ECNEchoesRecv, st.ECNMarksEchoed = q.Counters.ECNEchoesRecv, q.Counters.ECNMarksEchoed
+	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv

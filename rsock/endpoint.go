@@ -118,6 +118,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	}
 	_, sr := e.qp.(verbs.SelectiveRepeater)
 	_, cc := e.qp.(verbs.CongestionController)
+	_, ws := e.qp.(verbs.WideSACKer)
 	e.params = Params{
 		GID:             port.GIDs[0],
 		UDPPort:         verbs.RoCEv2Port,
@@ -133,6 +134,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	e.params.CongestionControl = cc && e.params.SelectiveRepeat && !cfg.NoCongestionControl
 	_, ecn := e.qp.(verbs.ECNReactor)
 	e.params.ECN = ecn && e.params.CongestionControl && !cfg.NoECN
+	e.params.WideSACK = ws && e.params.SelectiveRepeat
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()
 	}

@@ -118,6 +118,10 @@ type Params struct {
 	// ECN says the endpoint's QP can use ECN (verbs.ECNReactor); the
 	// stream uses it when both sides can and congestion control is on.
 	ECN bool
+	// WideSACK says the endpoint's QP can track and report up to 4096
+	// PSNs past a gap (verbs.WideSACKer); the stream uses it when both
+	// sides can and selective repeat is on.
+	WideSACK bool
 }
 
 // Validate checks a peer's parameters before they are used.

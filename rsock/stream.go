@@ -96,20 +96,9 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		return nil, err
 	}
 	mtu := verbs.MTUFromBytes(min(peer.MTU, e.params.MTU))
-	if peer.SelectiveRepeat && e.params.SelectiveRepeat {
-		if err := e.qp.(verbs.SelectiveRepeater).SetSelectiveRepeat(true); err != nil {
-			return nil, err
-		}
-		if peer.CongestionControl && e.params.CongestionControl {
-			if err := e.qp.(verbs.CongestionController).SetCongestionControl(true); err != nil {
-				return nil, err
-			}
-			if peer.ECN && e.params.ECN {
-				if err := e.qp.(verbs.ECNReactor).SetECN(true); err != nil {
-					return nil, err
-				}
-			}
-		}
+	depth := min(peer.RecvDepth, e.cfg.RecvDepth) // our send queue is sized for our depth
+	if err := e.setRecovery(recoveryFor(e.params, peer), peer.RingSize, mtu.Bytes(), depth); err != nil {
+		return nil, err
 	}
 	err := verbs.ConnectRC(e.qp, verbs.RCPeer{
 		AH:              verbs.AH{DGID: peer.GID, DPort: peer.UDPPort, HopLimit: 64},
@@ -128,7 +117,6 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		return nil, err
 	}
 	e.used = true
-	depth := min(peer.RecvDepth, e.cfg.RecvDepth) // our send queue is sized for our depth
 	s := &Stream{
 		e:            e,
 		opts:         opts,

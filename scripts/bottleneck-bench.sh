@@ -47,6 +47,9 @@
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
+#   DIAG=1 (after each case, print to stderr the UDP buffer errors at the
+#   sender and the receiver and every veth's drops: loss that is not the
+#   bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -216,7 +219,9 @@ flows() {
 	IFS=+ read -r -a kinds <<<"$1"
 	for k in "${kinds[@]}"; do
 		port=$((port + 2))
-		ip netns exec "$B" "$bench" server -addr "$SERVER:$port" -sessions 1 >"$tmp/server$i.out" 2>&1 &
+		local dbg=()
+		[ -n "${DIAG:-}" ] && dbg=(-debug-addr "127.0.0.1:$((port + 1000))")
+		ip netns exec "$B" "$bench" server -addr "$SERVER:$port" -sessions 1 "${dbg[@]}" >"$tmp/server$i.out" 2>&1 &
 		servers+=($!)
 		pids+=($!)
 		i=$((i + 1))
@@ -241,13 +246,30 @@ flows() {
 		files+=("$tmp/flow$i.json")
 		i=$((i + 1))
 	done
+	if [ -n "${DIAG:-}" ]; then
+		# The receivers' counters, a second before the flows end (a
+		# server ends with its session).
+		local q=$((port - 2 * ${#kinds[@]})) j=0
+		for k in "${kinds[@]}"; do
+			q=$((q + 2))
+			j=$((j + 1))
+			[ "$k" = rsock ] && (sleep "$(awk -v d="${DURATION%s}" 'BEGIN{print (d > 2 ? d - 1 : 1)}')"; ip netns exec "$B" "$bench" stat -addr "127.0.0.1:$((q + 1000))" >"$tmp/stat$j.out" 2>&1) &
+		done
+	fi
 	for c in "${clients[@]}"; do wait "$c" || true; done
+	wait
 	if [ -n "${LOGDIR:-}" ]; then
 		mkdir -p "$LOGDIR"
 		for j in $(seq 0 $((i - 1))); do
 			cp "$tmp/client$j.out" "$LOGDIR/$3-$1-$j.client"
 			cp "$tmp/server$j.out" "$LOGDIR/$3-$1-$j.server"
 		done
+	fi
+	if [ -n "${DIAG:-}" ]; then
+		for ns in "$A" "$B"; do echo "diag $ns: $(ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpSndbufErrors UdpInErrors 2>/dev/null | awk 'NR>1{printf "%s=%s ", $1, $2}')" >&2; done
+		cat "$tmp"/stat*.out 2>/dev/null | sed 's/^/diag receiver: /' >&2
+		rm -f "$tmp"/stat*.out
+		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
 	for s in "${servers[@]}"; do
 		kill -TERM "$s" 2>/dev/null || true

@@ -11,7 +11,8 @@
 // Providers: verbs/softroce (RoCEv2 in userspace Go, over a UDP socket or
 // an in-memory pipe), verbs/shm (processes of one host: a WRITE is a copy
 // into the peer's mapped memory) and, with cgo, verbs/rdmacore. Optional
-// capabilities: InlineWriter, KickWaiter, SelectiveRepeater, Causer.
+// capabilities: InlineWriter, KickWaiter, SelectiveRepeater,
+// CongestionController, WideSACKer, SendWindowLimiter, Causer.
 //
 // Memory handed to RegMR must not move and must outlive the MR: allocate it
 // with AllocBuffer (mmap), never from the Go heap.

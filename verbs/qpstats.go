@@ -18,6 +18,12 @@ type QPStats struct {
 	// packets at, in bytes per second; 0 when they are not paced.
 	PacingRate uint64
 	Inflight   int // request packets sent and not yet acknowledged
+	// Reordering is how many later transmissions may arrive before a
+	// packet that has not counts as lost (selective repeat: 3 at first,
+	// more once resends prove the path reorders); SpuriousResends are
+	// the resends whose first copy turned out to have arrived.
+	Reordering      int
+	SpuriousResends uint64
 	// Counters are the queue pair's own statistics (the device's are the
 	// sum over its queue pairs and what no queue pair claimed).
 	Counters Counters

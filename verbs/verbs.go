@@ -196,6 +196,23 @@ type ECNReactor interface {
 	SetECN(on bool) error
 }
 
+// WideSACKer is implemented by QPs whose selective repeat can track and
+// report more PSNs past a gap than the 1024 of a 128-byte SACK bitmap,
+// and so keep more packets in flight: up to a bitmap of what a selective
+// NAK of the path MTU carries. Both ends must enable it, with selective
+// repeat, before the QP reaches RTS; peers negotiate it.
+type WideSACKer interface {
+	SetWideSACK(on bool) error
+}
+
+// SendWindowLimiter is implemented by QPs whose send window can be bounded
+// by their user: one that can never have more than packets in flight (a
+// receive ring's credit) says so before the QP reaches RTS, so that the
+// window, and a congestion window, never grow past what can be used.
+type SendWindowLimiter interface {
+	SetSendWindowLimit(packets int) error
+}
+
 // Causer is implemented by QPs that can say why they moved to the error
 // state when the completion status alone does not (for example the link
 // error behind a local length error). Cause returns nil otherwise.

@@ -139,6 +139,9 @@ func rdmaDetails(c netconn.ConnStats) string {
 		fmt.Fprintf(&b, " ecn_ce_recv:%d ecn_echoes_sent:%d ecn_echoes_recv:%d ecn_marks_echoed:%d",
 			c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed)
 	}
+	if c.Reordering > 0 {
+		fmt.Fprintf(&b, " reordering:%d spurious:%d", c.Reordering, c.SpuriousResends)
+	}
 	fmt.Fprintf(&b, " bytes_sent:%d bytes_received:%d retrans:%d timeouts:%d naks_sent:%d naks_recv:%d rnr_sent:%d rnr_recv:%d credit_stalls:%d sendring_stalls:%d",
 		c.BytesWritten, c.BytesRead, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.CreditStalls, c.SendRingStalls)

@@ -23,6 +23,9 @@ type completerState struct {
 	win sendWindow   // congestion window
 	rtt rttEstimator // round-trip measurements for the ACK timeout
 	sb  *scoreboard  // selective repeat's view of the peer; nil for go-back-N
+	// sack is the most of a selective NAK's bitmap read, in bytes
+	// (widesack.go).
+	sack int
 
 	backoff  uint8 // selective repeat: timeouts since the last progress
 	rtoArmed int64 // selective repeat: the timeout last armed (ns)
@@ -67,7 +70,7 @@ func (q *QP) complete(pkt *wire.Packet) {
 		return
 	}
 	if sb := q.comp.sb; sb != nil {
-		sb.reportAt(nanotime(), q.comp.rtt.srtt)
+		sb.reportAt(nanotime(), q.comp.rtt.srtt, q.comp.rtt.min)
 	}
 	op := pkt.BTH.Opcode()
 	switch {

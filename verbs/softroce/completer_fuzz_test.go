@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/rsock-go/rsock/verbs"
@@ -10,7 +11,8 @@ import (
 
 // FuzzCompleter feeds one arbitrary response, from the peer's address, to
 // a QP with a WRITE outstanding, through the whole receive path. The
-// input's first byte picks the loss-recovery mode, the next three a PSN
+// input's first byte picks the loss-recovery mode (bit 0 selective
+// repeat, bit 1 with it wide SACK), the next three a PSN
 // offset from the oldest outstanding PSN, and the rest is the packet
 // (BTH onward), whose destination QP and PSN are set. Whatever the input,
 // the QP must not panic; a response outside the outstanding range must
@@ -23,11 +25,23 @@ func FuzzCompleter(f *testing.F) {
 			f.Add(append(in, forgeResponse(k, 0, 0)...))
 		}
 	}
+	// Selective NAKs with the bitmaps of wide SACK, and longer, to wide
+	// and narrow readers.
+	for _, bitmap := range []int{wire.MaxSACKBytes + 4, 256, wire.MaxWideSACKBytes, wire.MaxWideSACKBytes + 64, 1000} {
+		nak := forgeResponse(respSelectiveNAK, 0, 0)
+		h := wire.BTHLen + wire.AETHLen + wire.SACKHeaderLen
+		nak = append(nak[:h], bytes.Repeat([]byte{0xa5}, bitmap)...)
+		for _, mode := range []byte{1, 3} {
+			for _, off := range []uint32{0, 1, wire.PSNMask} {
+				f.Add(append([]byte{mode, byte(off >> 16), byte(off >> 8), byte(off)}, nak...))
+			}
+		}
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) < 4+wire.BTHLen {
 			return
 		}
-		a, b, mend := stalledPair(t, in[0]&1 != 0)
+		a, b, mend := stalledPairWide(t, in[0]&1 != 0, in[0]&2 != 0)
 		before := viewCompleter(a.qp)
 		psn := psnAdd(before.acked, 1+(uint32(in[1])<<16|uint32(in[2])<<8|uint32(in[3])))
 		pkt := append([]byte(nil), in[4:]...)

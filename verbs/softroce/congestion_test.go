@@ -105,8 +105,8 @@ func TestCongestionDelay(t *testing.T) {
 
 // TestCongestionGrowth: an eighth of the window per round trip with no
 // queue, eight packets per round trip while one stands under the target,
-// competeIncrease while competing (less for a small window), and
-// doubling in slow start.
+// CUBIC's growth while competing (Reno's line, about half a packet per
+// round trip, early in an epoch), and doubling in slow start.
 func TestCongestionGrowth(t *testing.T) {
 	s := newCCSim(1 << 20)
 	s.rounds(2, baseRTT, 0)
@@ -126,13 +126,11 @@ func TestCongestionGrowth(t *testing.T) {
 	s.c.cwnd, s.c.ssthresh = 800, 800
 	s.round(baseRTT+700*time.Microsecond, 0)
 	grew("a queue under the target", delayIncrease)
-	s.c.cwnd, s.c.ssthresh, s.c.undrained = 800, 800, competeRounds
-	s.round(baseRTT+5*time.Millisecond, 0)
-	grew("competing", competeIncrease)
-	s.c.cwnd, s.c.ssthresh, s.c.undrained = 32, 32, competeRounds
-	s.round(baseRTT+5*time.Millisecond, 0)
-	if got := s.c.Cwnd(); got < 33 || got > 34 {
-		t.Errorf("competing with a window of 32: cwnd %d after a round, want it to grow by about 2", got)
+	s.c.cwnd, s.c.ssthresh, s.c.undrained, s.c.acked = 800, 800, competeRounds, 0
+	s.c.cubic.reset()
+	s.rounds(8, baseRTT+5*time.Millisecond, 0)
+	if got := s.c.Cwnd() - 800; got < 3 || got > 5 {
+		t.Errorf("competing, early in an epoch: grew by %d in 8 rounds from 800, want about 4 (Reno's %.2f a round)", got, cubicAlpha)
 	}
 	s.c.cwnd, s.c.ssthresh, s.c.undrained = 100, 800, 0
 	s.round(baseRTT, 0)
@@ -143,7 +141,7 @@ func TestCongestionGrowth(t *testing.T) {
 
 // TestCongestionCompete: a queue that stands although the window shrank
 // is another flow's: after competeRounds the controller stops yielding to
-// delay and backs off only on loss, to 0.8; drainRounds drained rounds in
+// delay and backs off only on loss, to 0.7; drainRounds drained rounds in
 // a row end that, one does not.
 func TestCongestionCompete(t *testing.T) {
 	s := newCCSim(512)
@@ -152,18 +150,19 @@ func TestCongestionCompete(t *testing.T) {
 	full := baseRTT + 5*time.Millisecond
 	s.rounds(competeRounds+1, full, 0)
 	s.full(400)
+	s.c.cubic.reset() // CUBIC's epoch begins at the window set here
 	if !s.c.competing() {
 		t.Fatalf("not competing after %d rounds at a full queue", competeRounds+1)
 	}
 	w := s.c.Cwnd()
-	s.round(full, 0)
-	if got := s.c.Cwnd(); got < w+competeIncrease-1 || got > w+competeIncrease+1 {
-		t.Fatalf("competing, no loss: cwnd %d from %d, want it to grow by %d (delay ignored)", got, w, competeIncrease)
+	s.rounds(4, full, 0)
+	if got := s.c.Cwnd(); got < w+1 || got > w+3 {
+		t.Fatalf("competing, no loss: cwnd %d from %d after 4 rounds, want it to grow by about 2 (delay ignored)", got, w)
 	}
 	w = s.c.Cwnd()
 	s.round(full, 3)
-	if got := s.c.ssthresh; got != w*8/10 {
-		t.Fatalf("competing, a loss: reduced to %d from %d, want %d", got, w, w*8/10)
+	if got, want := s.c.ssthresh, int(float64(w)*cubicBeta); got != want {
+		t.Fatalf("competing, a loss: reduced to %d from %d, want %d", got, w, want)
 	}
 	// Fewer drained rounds in a row than drainRounds (a full round after
 	// a drained one still looks drained: two rounds' least) keep it.

@@ -30,8 +30,10 @@ type Config struct {
 	Link link.Link
 	// MaxMTU is the largest path MTU the link carries; default MTU4096.
 	MaxMTU verbs.MTU
-	// MaxInflight bounds each QP's unacknowledged request packets;
-	// default 512.
+	// MaxInflight bounds each QP's unacknowledged request packets. By
+	// default (0) a go-back-N QP sends up to 512 and a selective-repeat
+	// QP up to half its SACK bitmap: 512 packets, or 2048 with wide SACK
+	// (SetWideSACK), bounded further by SetSendWindowLimit.
 	MaxInflight int
 	// RecvBatch is how many packets the receive loop takes per call;
 	// default 64.
@@ -55,7 +57,7 @@ type Device struct {
 	name        string
 	link        link.Link
 	port        verbs.PortAttr
-	maxInflight int
+	maxInflight int   // Config.MaxInflight; 0 when not set
 	ackDelay    int64 // Config.AckDelay in nanoseconds
 	capture     *Capture
 
@@ -105,10 +107,10 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.MaxMTU.Bytes() == 0 {
 		return nil, fmt.Errorf("softroce: MTU %v: %w", cfg.MaxMTU, verbs.ErrInvalidArgument)
 	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 512
+	if cfg.MaxInflight < 0 {
+		cfg.MaxInflight = 0
 	}
-	if cfg.MaxInflight > 1<<20 {
+	if cfg.MaxInflight > maxInflightLimit {
 		return nil, fmt.Errorf("softroce: MaxInflight %d: %w", cfg.MaxInflight, verbs.ErrInvalidArgument)
 	}
 	if cfg.RecvBatch <= 0 {

@@ -36,6 +36,11 @@
 // a gap at once) and recovery.go (the requester resends only the PSNs the
 // scoreboard says are lost, in bounded bursts). READ and atomic requests
 // keep go-back-N, since the completer tracks their responses in order.
+// widesack.go sizes the window: half the PSNs the responder's bitmap
+// tells apart, 512 packets with the 128-byte bitmap every peer knows, up
+// to 2048 with wide SACK (SetWideSACK, negotiated: a bitmap of up to 512
+// bytes, as much as a selective NAK of the path MTU carries), bounded by
+// the device's MaxInflight and the user's SetSendWindowLimit.
 //
 // Congestion control, between two soft-RoCE QPs that negotiated it
 // (SetCongestionControl, on top of selective repeat): congestion.go is

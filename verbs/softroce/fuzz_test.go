@@ -27,6 +27,10 @@ type fuzzTarget struct {
 	// pipe network the QP's device sends on.
 	selective bool
 	net       *pipe.Network
+	// wide turns wide SACK on at each reset; mtu is the path MTU, 256
+	// when 0.
+	wide bool
+	mtu  verbs.MTU
 }
 
 const fuzzGuard = 4096
@@ -66,10 +70,15 @@ func (ft *fuzzTarget) reset(t testing.TB) {
 	q := ft.n.qp
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState))
 	must(t, q.SetSelectiveRepeat(ft.selective))
+	must(t, q.SetWideSACK(ft.wide))
+	mtu := ft.mtu
+	if mtu == 0 {
+		mtu = verbs.MTU256
+	}
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSRTR, AH: verbs.AH{DGID: verbs.GIDFromAddr(ft.peer.Addr())},
-		PathMTU: verbs.MTU256, DestQPN: 0x11, RQPSN: 0x100, MaxDestRdAtomic: 4, MinRNRTimer: 1},
+		PathMTU: mtu, DestQPN: 0x11, RQPSN: 0x100, MaxDestRdAtomic: 4, MinRNRTimer: 1},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0x200, Timeout: 14, RetryCnt: 1, RNRRetry: 1, MaxRdAtomic: 1},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

@@ -19,7 +19,10 @@ import (
 func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	r := &q.resp
 	psn := pkt.BTH.PSN()
-	if d >= sackWindow {
+	if r.placed.window() == 0 {
+		r.placed.init(8 * q.sackBytes())
+	}
+	if d >= int32(r.placed.window()) {
 		// Beyond what a selective NAK can describe: the requester never
 		// sends so far ahead.
 		q.count(cOutOfSequence, 1)
@@ -117,7 +120,7 @@ func (q *QP) buildSelectiveNAK(p *link.Packet) {
 	}
 	wire.SACKInfo(p.Buf[h:]).SetNewest(newest)
 	h += wire.SACKHeaderLen
-	n := r.placed.encode(p.Buf[h:h+wire.MaxSACKBytes], r.epsn)
+	n := r.placed.encode(p.Buf[h:h+r.placed.window()/8], r.epsn)
 	b := p.Buf[:h+n]
 	q.encodeResponseBTH(b, wire.RCSelectiveNAK, r.epsn, 0)
 	wire.AETH(b[wire.BTHLen:]).Encode(wire.NAKSyndrome(wire.NAKPSNSeqErr), r.msn)

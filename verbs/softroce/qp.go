@@ -41,9 +41,12 @@ type QP struct {
 	attr      verbs.QPAttr
 	peer      netip.AddrPort
 	mtu       uint32
-	selective bool  // selective repeat negotiated (SetSelectiveRepeat)
-	sendErr   error // the last error of the link's Send for this QP
-	cause     error // why the QP went to ERR, when the reason is local
+	selective bool // selective repeat negotiated (SetSelectiveRepeat)
+	wide      bool // wide SACK negotiated (SetWideSACK, widesack.go)
+	// windowLimit bounds the send window when not 0 (SetSendWindowLimit).
+	windowLimit int
+	sendErr     error // the last error of the link's Send for this QP
+	cause       error // why the QP went to ERR, when the reason is local
 
 	// Congestion control (congestion_qp.go): negotiated
 	// (SetCongestionControl); when the pacer lets the next packet go (0:
@@ -225,10 +228,13 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		if cur == verbs.QPSRTR {
 			q.req = requesterState{nextPSN: a.SQPSN, highPSN: a.SQPSN}
 			q.comp = completerState{ackedPSN: psnAdd(a.SQPSN, wire.PSNMask), retryLeft: a.RetryCnt, rnrLeft: a.RNRRetry,
-				win: newSendWindow(q.dev.maxInflight, a.SQPSN)}
+				win: newSendWindow(windowFor(0, q.dev.maxInflight, 0), a.SQPSN)}
 			if q.selective {
-				q.comp.sb = newScoreboard(sackWindow)
-				q.comp.win = newProportionalWindow(min(q.dev.maxInflight, sackWindow/2), a.SQPSN)
+				sack := q.sackBytes()
+				win := windowFor(sack, q.dev.maxInflight, q.windowLimit)
+				q.comp.sack = sack
+				q.comp.sb = newScoreboard(scoreboardSize(win, sack))
+				q.comp.win = newProportionalWindow(win, a.SQPSN)
 				q.startCongestion(q.comp.win.max, a.SQPSN)
 			}
 		}

@@ -107,10 +107,8 @@ func (q *QP) onSelectiveNAK(psn uint32, pkt *wire.Packet) {
 		sb.arrived(newest)
 	}
 	s := info.Bitmap()
-	for i := range s.Bits() {
-		if !s.Has(i) {
-			continue
-		}
+	n := s.BitsWithin(q.comp.sack)
+	for i := s.NextSet(0, n); i >= 0; i = s.NextSet(i+1, n) {
 		p := psnAdd(psn, uint32(i+1))
 		if psnDiff(p, q.req.nextPSN) >= 0 {
 			break

@@ -37,7 +37,7 @@ func (q *QP) windowFull() bool {
 	if q.pipe() >= q.comp.win.cwnd {
 		return true
 	}
-	return q.comp.sb != nil && (q.inflight() >= sackWindow-1 || q.paced())
+	return q.comp.sb != nil && (q.inflight() >= q.comp.sb.size()-1 || q.paced())
 }
 
 // runRequester transmits queued requests while the window allows. The

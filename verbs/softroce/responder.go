@@ -179,7 +179,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	if !r.placed.empty() {
 		// A READ consumes several PSNs at once; a peer that placed
 		// requests inside them broke the rules, and they are forgotten.
-		for i := uint32(1); psnDiff(r.epsn, psnAdd(before, i)) > 0 && i < sackWindow; i++ {
+		for i := uint32(1); psnDiff(r.epsn, psnAdd(before, i)) > 0 && i < uint32(r.placed.window()); i++ {
 			r.placed.take(psnAdd(before, i))
 		}
 		if !q.takePlaced(rx) {

@@ -1,6 +1,8 @@
 package softroce
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
@@ -12,14 +14,24 @@ import (
 // arrived; the requester resends only the PSNs that are lost. Both halves
 // are pure state here; the responder and completer drive them.
 
-// sackWindow is how many PSNs past the expected one a responder tracks,
-// and so the largest send window of a selective-repeat QP.
+// sackWindow is how many PSNs past the expected one a responder tracks
+// without wide SACK, and so twice the largest send window of a
+// selective-repeat QP (see sackBytesFor for the wide one).
 const sackWindow = 8 * wire.MaxSACKBytes
 
 // reorderPackets is how many later transmissions must have arrived before
 // a packet that has not is taken as lost (TCP's duplicate-ACK threshold,
-// counted as RACK does, in transmission order rather than PSN order).
+// counted as RACK does, in transmission order rather than PSN order),
+// until the path is seen to reorder more (maxReorderPackets).
 const reorderPackets = 3
+
+// maxReorderPackets bounds the packet threshold a reordering path raises
+// it to (Linux's tcp_max_reordering is 300).
+const maxReorderPackets = 256
+
+// maxReorderMult bounds the reordering window, in quarters of the
+// smoothed round trip: at most a whole round trip (RFC 8985, 6.2).
+const maxReorderMult = 4
 
 // minReorderWindow is the least time by which a transmission that
 // arrived must have followed one that has not for that one to be lost
@@ -28,24 +40,40 @@ const reorderPackets = 3
 const minReorderWindow = int64(50 * time.Microsecond)
 
 // recvBitmap is the responder's record of PSNs placed past the expected
-// PSN. Bits are indexed by PSN modulo sackWindow, so a set bit is
-// unambiguous while every PSN it may stand for lies in [epsn, epsn+sackWindow).
+// PSN. Bits are indexed by PSN modulo the window (a power of two, sized
+// per QP by init), so a set bit is unambiguous while every PSN it may
+// stand for lies in [epsn, epsn+window). The zero value holds nothing
+// and records nothing until init.
 type recvBitmap struct {
-	bits [sackWindow / 64]uint64
+	bits []uint64
 	n    int // bits set
 }
 
+// init sizes the bitmap for window PSNs (a power of two, at least 64)
+// and empties it.
+func (b *recvBitmap) init(window int) {
+	b.bits, b.n = make([]uint64, window/64), 0
+}
+
+// window is how many PSNs the bitmap tells apart; 0 before init.
+func (b *recvBitmap) window() int { return 64 * len(b.bits) }
+
+func (b *recvBitmap) index(psn uint32) uint32 { return psn & uint32(b.window()-1) }
+
 func (b *recvBitmap) has(psn uint32) bool {
-	i := psn % sackWindow
+	if len(b.bits) == 0 {
+		return false
+	}
+	i := b.index(psn)
 	return b.bits[i/64]&(1<<(i%64)) != 0
 }
 
 // set records psn; it reports false if psn was recorded already.
 func (b *recvBitmap) set(psn uint32) bool {
-	i := psn % sackWindow
-	if b.bits[i/64]&(1<<(i%64)) != 0 {
+	if len(b.bits) == 0 || b.has(psn) {
 		return false
 	}
+	i := b.index(psn)
 	b.bits[i/64] |= 1 << (i % 64)
 	b.n++
 	return true
@@ -53,10 +81,10 @@ func (b *recvBitmap) set(psn uint32) bool {
 
 // take clears psn's bit and reports whether it was set.
 func (b *recvBitmap) take(psn uint32) bool {
-	i := psn % sackWindow
-	if b.bits[i/64]&(1<<(i%64)) == 0 {
+	if !b.has(psn) {
 		return false
 	}
+	i := b.index(psn)
 	b.bits[i/64] &^= 1 << (i % 64)
 	b.n--
 	return true
@@ -65,29 +93,56 @@ func (b *recvBitmap) take(psn uint32) bool {
 // empty reports whether no PSN past the expected one was placed.
 func (b *recvBitmap) empty() bool { return b.n == 0 }
 
-// clear forgets every PSN.
-func (b *recvBitmap) clear() { *b = recvBitmap{} }
+// clear forgets every PSN; the window stays.
+func (b *recvBitmap) clear() {
+	clear(b.bits)
+	b.n = 0
+}
+
+// word returns the 64 bits of the ring that start at index i (modulo the
+// window): bit j is index i+j.
+func (b *recvBitmap) word(i uint32) uint64 {
+	i = i & uint32(b.window()-1)
+	w, sh := i/64, i%64
+	x := b.bits[w] >> sh
+	if sh != 0 {
+		x |= b.bits[(int(w)+1)%len(b.bits)] << (64 - sh)
+	}
+	return x
+}
 
 // encode writes the SACK bitmap for epsn (bit i: epsn+1+i placed) into dst
-// and returns its length: just long enough for the highest placed PSN.
+// and returns its length: just long enough for the highest placed PSN, at
+// most len(dst) (a multiple of 4). It works a 64-bit word at a time.
 func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
-	if b.n == 0 {
+	if b.n == 0 || len(b.bits) == 0 {
 		return 0
 	}
-	last, seen := 0, 0
-	for i := 0; i < sackWindow-1 && seen < b.n; i++ {
-		if b.has(psnAdd(epsn, uint32(i+1))) {
-			last = i
-			seen++
+	// Bit i of the SACK is ring index epsn+1+i, for i < window-1 (the
+	// window's last bit would be epsn itself).
+	start, nbits := epsn+1, b.window()-1
+	last := -1
+	for k := (nbits - 1) / 64; k >= 0 && last < 0; k-- {
+		x := b.word(start + uint32(64*k))
+		if rem := nbits - 64*k; rem < 64 {
+			x &= 1<<rem - 1
+		}
+		if x != 0 {
+			last = 64*k + 63 - bits.LeadingZeros64(x)
 		}
 	}
-	n := wire.SACKLen(last + 1)
-	s := wire.SACK(dst[:n])
-	clear(s)
-	for i := 0; i <= last; i++ {
-		if b.has(psnAdd(epsn, uint32(i+1))) {
-			s.Set(i)
+	if last < 0 {
+		return 0
+	}
+	n := wire.SACKLenWithin(last+1, len(dst)&^3)
+	for k := 0; 8*k < n; k++ {
+		x := b.word(start + uint32(64*k))
+		if rem := nbits - 64*k; rem < 64 {
+			x &= 1<<rem - 1
 		}
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], x)
+		copy(dst[8*k:n], w[:])
 	}
 	return n
 }
@@ -118,17 +173,38 @@ type scoreboard struct {
 	rack   uint32   // the latest transmission known to have arrived
 	rackAt int64    // when the latest transmission known to have arrived was sent (ns); 0 for none
 	reoWnd int64    // the reordering window (ns); 0 while no round trip is measured
-	sacked int      // PSNs past the cumulative ACK that arrived
-	high   uint32   // one past the highest PSN selectively acknowledged
-	any    bool     // high is set
-	recent int64    // transmissions after this time are too recent for the report at hand
+	now    int64    // when the report at hand came in (ns)
+	minRTT int64    // the least round trip measured (ns); 0 none
+
+	// Reordering, learned from resends that proved spurious (the first
+	// copy arrived after all): the packet threshold (reorderPackets at
+	// first) and the window in quarters of the smoothed round trip (1 at
+	// first) double and grow by one, at most once per round trip, as
+	// Linux's TCP raises its reordering degree and RACK its reo_wnd_mult
+	// on a DSACK (RFC 8985, 6.2). A veth between namespaces reorders
+	// dozens of packets when a sender moves between CPUs; taking each for
+	// lost cost a third of the goodput at a 400 Mbit/s bottleneck.
+	dupThresh uint32
+	reoMult   int64
+	reoAt     int64    // when the last spurious resend was found (ns)
+	spurious  uint64   // resends found spurious
+	spur      []uint64 // by PSN modulo len: the latest resend was found spurious
+	sacked    int      // PSNs past the cumulative ACK that arrived
+	high      uint32   // one past the highest PSN selectively acknowledged
+	any       bool     // high is set
+	recent    int64    // transmissions after this time are too recent for the report at hand
 }
 
-// newScoreboard covers size PSNs, a power of two no larger than sackWindow.
+// newScoreboard covers size PSNs, a power of two no larger than the
+// peer's SACK bitmap describes (scoreboardSize).
 func newScoreboard(size int) *scoreboard {
 	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
-		bits: make([]uint64, (size+63)/64)}
+		bits: make([]uint64, (size+63)/64), spur: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
 }
+
+// size is how many PSNs the scoreboard covers: the PSNs in flight, from
+// the oldest unacknowledged to the newest sent, must be fewer.
+func (s *scoreboard) size() int { return len(s.seq) }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
 
@@ -154,20 +230,44 @@ func (s *scoreboard) setSacked(psn uint32, on bool) {
 func later(a, b uint32) bool { return int32(a-b) > 0 }
 
 // reportAt starts handling a report that came in at now; srtt is the
-// smoothed round trip (0 before the first sample).
-func (s *scoreboard) reportAt(now, srtt int64) {
+// smoothed round trip and minRTT the least (0 before the first sample).
+func (s *scoreboard) reportAt(now, srtt, minRTT int64) {
 	s.recent = now - srtt
+	s.now, s.minRTT = now, minRTT
 	s.reoWnd = 0
 	if srtt > 0 {
-		s.reoWnd = max(srtt/4, minReorderWindow)
+		s.reoWnd = max(min(srtt*s.reoMult/4, srtt), minReorderWindow)
 	}
 }
 
 // credible reports whether the report at hand can describe psn's latest
-// transmission.
+// transmission. One that can't, and says psn arrived sooner after its
+// resend than any round trip ever took, describes the first copy: the
+// resend was spurious, and the path reorders.
 func (s *scoreboard) credible(psn uint32) bool {
-	at := s.at[s.index(psn)]
-	return at == 0 || at <= s.recent
+	i := s.index(psn)
+	at := s.at[i]
+	if at == 0 || at <= s.recent {
+		return true
+	}
+	if s.minRTT > 0 && s.now-at < s.minRTT && s.spur[i/64]&(1<<(i%64)) == 0 {
+		s.spur[i/64] |= 1 << (i % 64)
+		s.reordered()
+	}
+	return false
+}
+
+// reordered learns from a spurious resend: the path reorders more than
+// the thresholds allow. Once per round trip, since one reordering event
+// makes many resends spurious.
+func (s *scoreboard) reordered() {
+	s.spurious++
+	if s.reoAt != 0 && s.now-s.reoAt < s.now-s.recent {
+		return
+	}
+	s.reoAt = s.now
+	s.dupThresh = min(2*s.dupThresh, maxReorderPackets)
+	s.reoMult = min(s.reoMult+1, maxReorderMult)
 }
 
 // arrived records that psn arrived, placed or not. One that arrived and
@@ -183,7 +283,7 @@ func (s *scoreboard) arrived(psn uint32) {
 		s.noteArrived(psn)
 		return
 	}
-	if r := s.seq[s.index(psn)] + reorderPackets; later(r, s.rack) {
+	if r := s.seq[s.index(psn)] + s.dupThresh; later(r, s.rack) {
 		s.rack = r
 	}
 }
@@ -212,6 +312,7 @@ func (s *scoreboard) sent(psn uint32, now int64, again bool) {
 	s.txSeq++
 	i := s.index(psn)
 	s.seq[i], s.sentAt[i], s.at[i] = s.txSeq, max(now, 1), 0
+	s.spur[i/64] &^= 1 << (i % 64)
 	if again {
 		s.at[i] = max(now, 1)
 	}
@@ -255,13 +356,13 @@ func (s *scoreboard) lost(psn uint32) bool {
 		return false
 	}
 	i := s.index(psn)
-	return int32(s.rack-s.seq[i]) >= reorderPackets ||
+	return int32(s.rack-s.seq[i]) >= int32(s.dupThresh) ||
 		s.reoWnd > 0 && s.rackAt-s.sentAt[i] > s.reoWnd
 }
 
 // timedOut makes every PSN sent so far and not known to have arrived
 // count as lost: a local ACK timeout expired.
-func (s *scoreboard) timedOut() { s.rack = s.txSeq + reorderPackets }
+func (s *scoreboard) timedOut() { s.rack = s.txSeq + s.dupThresh }
 
 // forget drops every report of a PSN that arrived past the cumulative
 // ACK, so that those PSNs count as lost after the next timedOut: the

@@ -1,6 +1,7 @@
 package softroce
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 func TestRecvBitmap(t *testing.T) {
 	var b recvBitmap
+	b.init(sackWindow)
 	epsn := uint32(wire.PSNMask - 2) // the window wraps the PSN space
 	for _, d := range []uint32{2, 3, 40} {
 		if !b.set(psnAdd(epsn, d)) {
@@ -50,7 +52,7 @@ func TestRecvBitmap(t *testing.T) {
 
 func TestScoreboard(t *testing.T) {
 	s := newScoreboard(64)
-	s.reportAt(1000, 0)
+	s.reportAt(1000, 0, 0)
 	base := uint32(wire.PSNMask - 4)
 	psn := func(i int) uint32 { return psnAdd(base, uint32(i)) }
 	for i := range 10 {
@@ -106,7 +108,7 @@ func TestScoreboardStaleReport(t *testing.T) {
 	for i := range uint32(8) {
 		s.sent(i, 0, false)
 	}
-	s.reportAt(rtt, rtt)
+	s.reportAt(rtt, rtt, 0)
 	s.sack(5)
 	s.sack(6)
 	s.arrived(7) // arrived, and the responder could not place it
@@ -119,7 +121,7 @@ func TestScoreboardStaleReport(t *testing.T) {
 		s.sent(p, rtt+10, true) // resent
 	}
 	// A second report of the first copy of 7, a moment later.
-	s.reportAt(rtt+20, rtt)
+	s.reportAt(rtt+20, rtt, 0)
 	s.arrived(7)
 	for _, p := range []uint32{0, 1, 2, 3, 4, 7} {
 		if s.lost(p) {
@@ -128,7 +130,7 @@ func TestScoreboardStaleReport(t *testing.T) {
 	}
 	// A round trip later, a report that 7 arrived unplaced again is about
 	// the resend: what was resent before it is lost.
-	s.reportAt(2*rtt+20, rtt)
+	s.reportAt(2*rtt+20, rtt, 0)
 	s.arrived(7)
 	if !s.lost(0) || !s.lost(7) {
 		t.Error("a report a round trip after the resend did not count")
@@ -170,12 +172,12 @@ func TestScoreboardTimeRule(t *testing.T) {
 	s.sent(0, 100*us, false)
 	s.sent(1, 180*us, false)
 	s.sent(2, 200*us, false)
-	s.reportAt(500*us, 0) // no round trip measured: no time rule
+	s.reportAt(500*us, 0, 0) // no round trip measured: no time rule
 	s.sack(2)
 	if s.lost(0) || s.lost(1) {
 		t.Fatal("lost before any round trip was measured")
 	}
-	s.reportAt(600*us, 200*us) // reordering window: max(200/4, 50) µs
+	s.reportAt(600*us, 200*us, 0) // reordering window: max(200/4, 50) µs
 	s.sack(2)
 	if !s.lost(0) {
 		t.Error("PSN 0, sent 100 µs before PSN 2 arrived, is not lost")
@@ -187,7 +189,7 @@ func TestScoreboardTimeRule(t *testing.T) {
 	// the window after it) is reported, credibly, to have arrived.
 	s.sent(0, 700*us, true)
 	s.sent(3, 800*us, false)
-	s.reportAt(1100*us, 200*us)
+	s.reportAt(1100*us, 200*us, 0)
 	s.sack(3)
 	if !s.lost(0) {
 		t.Error("the resend of 0, sent 100 µs before PSN 3 arrived, is not lost")
@@ -204,9 +206,166 @@ func TestScoreboardResendTime(t *testing.T) {
 	s.sent(0, 100*us, false)
 	s.sent(1, 1900*us, false)
 	s.sent(0, 2000*us, true) // a probe, 100 µs after PSN 1
-	s.reportAt(2500*us, 200*us)
+	s.reportAt(2500*us, 200*us, 0)
 	s.acked(psnAdd(0, wire.PSNMask), 0)
 	if s.lost(1) {
 		t.Error("PSN 1 counts as lost after the ACK of the probe's PSN")
+	}
+}
+
+// TestScoreboardLearnsReordering: a report, sooner after a resend than
+// any round trip took, that the resent PSN arrived describes its first
+// copy: the resend was spurious. The packet threshold then doubles and
+// the time window grows by a quarter round trip, once per round trip, so
+// that the same reordering is not taken for loss again.
+func TestScoreboardLearnsReordering(t *testing.T) {
+	const us = int64(time.Microsecond)
+	s := newScoreboard(64)
+	for i := range uint32(8) {
+		s.sent(i, 100*us, false)
+	}
+	s.reportAt(400*us, 200*us, 100*us)
+	for p := uint32(3); p < 8; p++ {
+		s.sack(p) // 0, 1 and 2 are late: reordered, not lost
+	}
+	if !s.lost(0) || !s.lost(2) {
+		t.Fatal("three later arrivals did not make 0 and 2 lost")
+	}
+	for p := range uint32(3) {
+		s.sent(p, 410*us, true)
+	}
+	// Their first copies arrive, reported 20 µs after the resends: less
+	// than the least round trip of 100 µs.
+	s.reportAt(430*us, 200*us, 100*us)
+	s.acked(psnAdd(0, wire.PSNMask), 7)
+	if s.spurious != 3 || s.dupThresh != 2*reorderPackets || s.reoMult != 2 {
+		t.Fatalf("after 3 spurious resends: spurious %d, threshold %d, window %d/4 srtt; want 3, %d, 2/4",
+			s.spurious, s.dupThresh, s.reoMult, 2*reorderPackets)
+	}
+	// Once per round trip: more within it change nothing.
+	s.sent(8, 440*us, false)
+	s.sent(8, 450*us, true)
+	s.reportAt(460*us, 200*us, 100*us)
+	s.acked(7, 8)
+	if s.dupThresh != 2*reorderPackets || s.reoMult != 2 {
+		t.Fatalf("a second spurious resend within the round trip: threshold %d, window %d/4", s.dupThresh, s.reoMult)
+	}
+	// The same reordering of three packets is now within the threshold.
+	for i := uint32(9); i < 17; i++ {
+		s.sent(i, 500*us, false)
+	}
+	s.reportAt(520*us, 200*us, 100*us)
+	for p := uint32(12); p < 15; p++ {
+		s.sack(p) // 9 is 5 transmissions behind 14
+	}
+	if s.lost(9) || s.lost(11) {
+		t.Error("reordering of 5 counts as loss after the threshold rose to 6")
+	}
+	// A report a whole window later proves loss, reordering or not.
+	for p := uint32(17); p < 24; p++ {
+		s.sent(p, 1000*us, false)
+	}
+	s.reportAt(1300*us, 200*us, 100*us)
+	s.sack(23)
+	if !s.lost(9) {
+		t.Error("PSN 9, sent 500 µs before PSN 23 arrived, is not lost")
+	}
+}
+
+// TestScoreboardResendNotSpurious: a report a round trip or more after a
+// resend may describe the resend, and teaches nothing.
+func TestScoreboardResendNotSpurious(t *testing.T) {
+	const us = int64(time.Microsecond)
+	s := newScoreboard(64)
+	for i := range uint32(4) {
+		s.sent(i, 0, false)
+	}
+	s.sent(0, 100*us, true)
+	s.reportAt(250*us, 200*us, 100*us) // 150 µs after the resend: not credible, but possible
+	s.acked(psnAdd(0, wire.PSNMask), 3)
+	if s.spurious != 0 || s.dupThresh != reorderPackets || s.reoMult != 1 {
+		t.Errorf("a report 150 µs after a resend, least round trip 100 µs: spurious %d, threshold %d, window %d/4", s.spurious, s.dupThresh, s.reoMult)
+	}
+}
+
+// TestRecvBitmapWide: at every bitmap size a QP may have (1024, 2048 and
+// 4096 PSNs), with the expected PSN anywhere (across the wrap of the PSN
+// space and of the bitmap's words), the encoded SACK, read back within
+// the reader's limit, names exactly the placed PSNs, in a bitmap just
+// long enough for the highest; a shorter destination keeps the first
+// bits.
+func TestRecvBitmapWide(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, window := range []int{1024, 2048, 4096} {
+		for round := range 200 {
+			var b recvBitmap
+			b.init(window)
+			epsn := r.Uint32() & wire.PSNMask
+			if round%4 == 0 {
+				epsn = psnAdd(wire.PSNMask, uint32(-r.IntN(window))&wire.PSNMask) // wraps
+			}
+			placed := map[int]bool{} // SACK bit i: epsn+1+i
+			k := 1 + r.IntN(40)
+			if round%10 == 0 {
+				k = window // dense
+			}
+			for range k {
+				i := r.IntN(window - 1)
+				if round%3 == 0 {
+					i = window - 2 - r.IntN(8) // the far end
+				}
+				placed[i] = true
+				b.set(psnAdd(epsn, uint32(i+1)))
+			}
+			last := -1
+			for i := range placed {
+				last = max(last, i)
+			}
+			buf := make([]byte, window/8)
+			n := b.encode(buf, epsn)
+			if want := wire.SACKLenWithin(last+1, window/8); n != want {
+				t.Fatalf("window %d: encode wrote %d bytes, want %d (highest bit %d)", window, n, want, last)
+			}
+			s := wire.SACK(buf[:n])
+			lim := s.BitsWithin(window / 8)
+			got := 0
+			for i := s.NextSet(0, lim); i >= 0; i = s.NextSet(i+1, lim) {
+				if !placed[i] {
+					t.Fatalf("window %d epsn %#x: bit %d set, never placed", window, epsn, i)
+				}
+				if !s.Has(i) && i < s.Bits() {
+					t.Fatalf("NextSet and Has disagree at %d", i)
+				}
+				got++
+			}
+			if got != len(placed) {
+				t.Fatalf("window %d epsn %#x: %d bits read back, %d placed", window, epsn, got, len(placed))
+			}
+			// An old peer's reader, and a short destination, see the
+			// first 1024 PSNs only.
+			short := make([]byte, wire.MaxSACKBytes)
+			m := b.encode(short, epsn)
+			ss := wire.SACK(short[:m])
+			for i := range 8 * wire.MaxSACKBytes {
+				if ss.Has(i) != placed[i] || s.Has(i) != placed[i] {
+					t.Fatalf("window %d: the first 1024 bits differ at %d", window, i)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkRecvBitmapEncode encodes a 4096-PSN bitmap with a few PSNs
+// placed far past the gap, a word at a time.
+func BenchmarkRecvBitmapEncode(b *testing.B) {
+	var bm recvBitmap
+	bm.init(4096)
+	epsn := uint32(wire.PSNMask - 100)
+	for _, d := range []uint32{3, 900, 2000, 4000} {
+		bm.set(psnAdd(epsn, d))
+	}
+	buf := make([]byte, 512)
+	for b.Loop() {
+		bm.encode(buf, epsn)
 	}
 }

@@ -23,6 +23,9 @@ func (q *QP) Stats() verbs.QPStats {
 	s.SRTT = time.Duration(q.comp.rtt.srtt)
 	s.RTTVar = time.Duration(q.comp.rtt.rttvar)
 	s.Cwnd = q.comp.win.cwnd
+	if sb := q.comp.sb; sb != nil {
+		s.Reordering, s.SpuriousResends = int(sb.dupThresh), sb.spurious
+	}
 	s.PacingRate = q.pacingRate()
 	q.countCongestion()
 	s.Counters.CongestionEvents = q.stats[cCongestionEvents].Load()

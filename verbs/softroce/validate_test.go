@@ -94,7 +94,14 @@ func inject(t *testing.T, q *QP, b []byte) {
 // posts a second WRITE, which stays outstanding until the wire is mended.
 func stalledPair(t *testing.T, selective bool) (a, b *node, mend func()) {
 	t.Helper()
-	o := pairOpts{selective: selective, timeout: 16, mtu: verbs.MTU1024} // ~270 ms ACK timeout
+	return stalledPairWide(t, selective, false)
+}
+
+// stalledPairWide is stalledPair with wide SACK on both QPs when wide
+// (and selective) is set.
+func stalledPairWide(t *testing.T, selective, wide bool) (a, b *node, mend func()) {
+	t.Helper()
+	o := pairOpts{selective: selective, wide: wide && selective, timeout: 16, mtu: verbs.MTU1024} // ~270 ms ACK timeout
 	o.defaults()
 	n := pipe.NewNetwork(pipe.Faults{})
 	t.Cleanup(func() { n.Close() })

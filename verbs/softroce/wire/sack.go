@@ -1,5 +1,7 @@
 package wire
 
+import "math/bits"
+
 // Selective acknowledgement, for QPs that negotiated selective repeat (an
 // rsock extension in the spirit of IRN, SIGCOMM'18; never sent to a peer
 // that did not ask for it). A selective NAK is an RC_SELECTIVE_NAK packet:
@@ -8,14 +10,22 @@ package wire
 // a PSN sequence error NAK syndrome and the MSN, as a go-back-N NAK does.
 // Bit i of the bitmap (bit i%8 of byte i/8, least significant first) says
 // that PSN+1+i arrived and was placed. The bitmap is a multiple of 4
-// bytes, at most MaxSACKBytes.
+// bytes, at most MaxSACKBytes; between peers that negotiated wide SACK
+// (rsock's CapWideSACK), at most MaxWideSACKBytes and no more than a
+// payload of the path MTU holds.
 
 // RCSelectiveNAK is the opcode of a selective NAK. It lies in the range
 // the IBA leaves to manufacturers (0xC0–0xFF).
 const RCSelectiveNAK Opcode = 0xe0
 
 // MaxSACKBytes bounds a SACK bitmap: 1024 PSNs past the first missing one.
+// A reader that did not negotiate wide SACK reads no more of a bitmap.
 const MaxSACKBytes = 128
+
+// MaxWideSACKBytes bounds the SACK bitmap of a QP that negotiated wide
+// SACK: 4096 PSNs past the first missing one. With the header it fits
+// the payload of a 1024-byte path MTU.
+const MaxWideSACKBytes = 512
 
 // SACKHeaderLen is the length of the header before the bitmap.
 const SACKHeaderLen = 4
@@ -49,8 +59,32 @@ func (s SACKInfo) Bitmap() SACK {
 // SACK is a view of a SACK bitmap.
 type SACK []byte
 
-// Bits returns how many PSNs the bitmap describes.
-func (s SACK) Bits() int { return 8 * min(len(s), MaxSACKBytes) }
+// Bits returns how many PSNs the bitmap describes to a reader that reads
+// at most MaxSACKBytes of it.
+func (s SACK) Bits() int { return s.BitsWithin(MaxSACKBytes) }
+
+// BitsWithin returns how many PSNs the bitmap describes to a reader that
+// reads at most maxBytes of it.
+func (s SACK) BitsWithin(maxBytes int) int { return 8 * max(min(len(s), maxBytes), 0) }
+
+// NextSet returns the first set bit i with from <= i < n, or -1 if there
+// is none; n must be at most s.BitsWithin of the reader's limit. It skips
+// clear bytes whole.
+func (s SACK) NextSet(from, n int) int {
+	n = min(n, 8*len(s))
+	for i := max(from, 0); i < n; {
+		b := s[i>>3] >> (i & 7)
+		if b == 0 {
+			i = (i | 7) + 1
+			continue
+		}
+		if i += bits.TrailingZeros8(b); i < n {
+			return i
+		}
+		break
+	}
+	return -1
+}
 
 // Has reports whether bit i is set: PSN+1+i arrived.
 func (s SACK) Has(i int) bool {
@@ -62,4 +96,9 @@ func (s SACK) Set(i int) { s[i>>3] |= 1 << (i & 7) }
 
 // SACKLen returns the bitmap length that holds bits [0, n): n rounded up
 // to a multiple of 32 bits, in bytes, at most MaxSACKBytes.
-func SACKLen(n int) int { return min((n+31)/32*4, MaxSACKBytes) }
+func SACKLen(n int) int { return SACKLenWithin(n, MaxSACKBytes) }
+
+// SACKLenWithin returns the bitmap length that holds bits [0, n): n
+// rounded up to a multiple of 32 bits, in bytes, at most maxBytes (a
+// multiple of 4).
+func SACKLenWithin(n, maxBytes int) int { return min((max(n, 0)+31)/32*4, maxBytes) }
