@@ -3,6 +3,7 @@ module github.com/rsock-go/rsock
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/prometheus/common v0.73.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tidwall/redcon v1.6.4

@@ -92,6 +92,11 @@ const (
 	// it (and, when it reused a channel, ShmChannel and its own
 	// ShmToken).
 	CapShm uint32 = 1 << 4
+	// CapECN means the sender's queue pair sends its packets ECN-capable,
+	// echoes CE marks and reacts to echoed ones, on top of congestion
+	// control; both sides must send it (and CapCongestionControl) for the
+	// connection to use it.
+	CapECN uint32 = 1 << 5
 	// CapWideSACK means the sender's queue pair, with selective repeat,
 	// tracks and reports in its selective NAKs up to 4096 PSNs past a gap
 	// (a 512-byte bitmap, no more than a payload of the path MTU holds)

@@ -45,6 +45,11 @@ const (
 	// per connection; EnvMemifSecret is the secret it expects.
 	EnvMemifWire   = "RSOCK_MEMIF_WIRE"
 	EnvMemifSecret = "RSOCK_MEMIF_SECRET"
+	// EnvECN, RSOCK_ECN=off (or 0), turns ECN off (rsock.Config.NoECN):
+	// the process then neither offers nor uses it. Unset, on or 1 leave
+	// it on where both peers run congestion control; another value is an
+	// error.
+	EnvECN = "RSOCK_ECN"
 )
 
 // settings is the resolved choice of provider, link and stream sizing.
@@ -101,6 +106,13 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 		if err := ring.CheckSize(stream.RingSize); err != nil {
 			return settings{}, fmt.Errorf("netconn: %w", err)
 		}
+	}
+	switch v := os.Getenv(EnvECN); v {
+	case "", "on", "1":
+	case "off", "0":
+		stream.NoECN = true
+	default:
+		return settings{}, fmt.Errorf("netconn: %s=%q: want on or off", EnvECN, v)
 	}
 	set := settings{provider: provider, link: link, stream: stream}
 	if set.wire = os.Getenv(EnvMemifWire); set.wire != "" {

@@ -14,6 +14,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.CongestionControl {
 		caps |= fallback.CapCongestionControl
 	}
+	if p.ECN {
+		caps |= fallback.CapECN
+	}
 	if p.WideSACK {
 		caps |= fallback.CapWideSACK
 	}
@@ -49,6 +52,7 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 		RecvDepth:       int(h.RecvDepth),
 	}
 	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
+	p.ECN = h.Capabilities&fallback.CapECN != 0
 	p.WideSACK = h.Capabilities&fallback.CapWideSACK != 0
 	return p
 }

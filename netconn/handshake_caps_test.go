@@ -1,6 +1,7 @@
 package netconn
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rsock-go/rsock/fallback"
@@ -9,45 +10,56 @@ import (
 )
 
 // TestParamsOfCapabilities: the peer's selective repeat, congestion
-// control and wide SACK are read from their own capability bits, each on
-// its own.
+// control, wide SACK and ECN are read from their own capability bits,
+// each on its own.
 func TestParamsOfCapabilities(t *testing.T) {
 	for _, tc := range []struct {
-		caps         uint32
-		sr, cc, wide bool
+		caps              uint32
+		sr, cc, wide, ecn bool
 	}{
-		{fallback.CapStream, false, false, false},
-		{fallback.CapStream | fallback.CapSelectiveRepeat, true, false, false},
-		{fallback.CapStream | fallback.CapCongestionControl, false, true, false},
-		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl, true, true, false},
-		{fallback.CapStream | fallback.CapWideSACK, false, false, true},
-		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapWideSACK, true, false, true},
-		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapWideSACK, true, true, true},
-		{fallback.CapStream | 1<<5, false, false, false}, // bit 5 is not wide SACK
+		{fallback.CapStream, false, false, false, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat, true, false, false, false},
+		{fallback.CapStream | fallback.CapCongestionControl, false, true, false, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl, true, true, false, false},
+		{fallback.CapStream | fallback.CapWideSACK, false, false, true, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapWideSACK, true, false, true, false},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapWideSACK, true, true, true, false},
+		{fallback.CapStream | fallback.CapECN, false, false, false, true},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapECN, true, true, false, true},
+		{fallback.CapStream | fallback.CapSelectiveRepeat | fallback.CapCongestionControl | fallback.CapWideSACK | fallback.CapECN, true, true, true, true},
 	} {
 		p := paramsOf(&fallback.Hello{Capabilities: tc.caps})
-		if p.SelectiveRepeat != tc.sr || p.CongestionControl != tc.cc || p.WideSACK != tc.wide {
-			t.Errorf("caps %#x: selective repeat %v, congestion control %v, wide SACK %v; want %v, %v, %v",
-				tc.caps, p.SelectiveRepeat, p.CongestionControl, p.WideSACK, tc.sr, tc.cc, tc.wide)
+		if p.SelectiveRepeat != tc.sr || p.CongestionControl != tc.cc || p.WideSACK != tc.wide || p.ECN != tc.ecn {
+			t.Errorf("caps %#x: selective repeat %v, congestion control %v, wide SACK %v, ECN %v; want %v, %v, %v, %v",
+				tc.caps, p.SelectiveRepeat, p.CongestionControl, p.WideSACK, p.ECN, tc.sr, tc.cc, tc.wide, tc.ecn)
 		}
 	}
 }
 
-// TestHelloCapabilities: the Hello announces wide SACK, bit 6, exactly
-// when the endpoint offers it, and it survives the wire.
+// TestHelloCapabilities: the Hello announces wide SACK, bit 6, and ECN,
+// bit 5, exactly when the endpoint offers them, and they survive the
+// wire.
 func TestHelloCapabilities(t *testing.T) {
 	if fallback.CapWideSACK != 1<<6 {
 		t.Fatalf("CapWideSACK = %#x, want bit 6", fallback.CapWideSACK)
 	}
+	if fallback.CapECN != 1<<5 {
+		t.Fatalf("CapECN = %#x, want bit 5", fallback.CapECN)
+	}
 	d := &sharedDevice{dev: helloTestDevice{}}
 	for _, wide := range []bool{false, true} {
-		p := rsock.Params{SelectiveRepeat: true, WideSACK: wide}
-		h := helloFor(d, p)
-		if got := h.Capabilities&fallback.CapWideSACK != 0; got != wide {
-			t.Errorf("WideSACK %v: Hello capabilities %#x", wide, h.Capabilities)
-		}
-		if got := paramsOf(h).WideSACK; got != wide {
-			t.Errorf("WideSACK %v read back as %v", wide, got)
+		for _, ecn := range []bool{false, true} {
+			p := rsock.Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: wide, ECN: ecn}
+			h := helloFor(d, p)
+			if got := h.Capabilities&fallback.CapWideSACK != 0; got != wide {
+				t.Errorf("WideSACK %v: Hello capabilities %#x", wide, h.Capabilities)
+			}
+			if got := h.Capabilities&fallback.CapECN != 0; got != ecn {
+				t.Errorf("ECN %v: Hello capabilities %#x", ecn, h.Capabilities)
+			}
+			if got := paramsOf(h); got.WideSACK != wide || got.ECN != ecn {
+				t.Errorf("WideSACK %v, ECN %v read back as %v, %v", wide, ecn, got.WideSACK, got.ECN)
+			}
 		}
 	}
 }
@@ -57,3 +69,19 @@ type helloTestDevice struct{ verbs.Device }
 
 func (helloTestDevice) Provider() string { return "softroce" }
 func (helloTestDevice) Link() string     { return "udp" }
+
+// TestEnvECN: RSOCK_ECN=off (or 0) sets rsock.Config.NoECN, unset, on or
+// 1 leave it clear, and another value is an error naming the variable.
+func TestEnvECN(t *testing.T) {
+	for v, noECN := range map[string]bool{"": false, "on": false, "1": false, "off": true, "0": true} {
+		t.Setenv(EnvECN, v)
+		set, err := resolve("", "", rsock.Config{})
+		if err != nil || set.stream.NoECN != noECN {
+			t.Errorf("RSOCK_ECN=%q: NoECN %v, %v; want %v", v, set.stream.NoECN, err, noECN)
+		}
+	}
+	t.Setenv(EnvECN, "maybe")
+	if _, err := resolve("", "", rsock.Config{}); err == nil || !strings.Contains(err.Error(), EnvECN) {
+		t.Errorf("RSOCK_ECN=maybe: %v, want an error naming %s", err, EnvECN)
+	}
+}

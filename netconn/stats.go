@@ -45,6 +45,16 @@ type ConnStats struct {
 	// which rsock peers negotiate.
 	PacingRate       uint64 `json:"pacing_rate,omitempty"`
 	CongestionEvents uint64 `json:"congestion_events,omitempty"`
+	// ECN, where both peers negotiated it: ECNCERecv counts the packets
+	// this end received CE-marked (a queue on the way over its
+	// threshold), ECNEchoesSent the echoes that told the peer so;
+	// ECNEchoesRecv counts the peer's echoes and ECNMarksEchoed the CE
+	// marks they reported on this end's packets, which the congestion
+	// controller reacted to.
+	ECNCERecv      uint64 `json:"ecn_ce_recv,omitempty"`
+	ECNEchoesSent  uint64 `json:"ecn_echoes_sent,omitempty"`
+	ECNEchoesRecv  uint64 `json:"ecn_echoes_recv,omitempty"`
+	ECNMarksEchoed uint64 `json:"ecn_marks_echoed,omitempty"`
 	// Reordering is how many later packets may arrive before one that
 	// has not counts as lost (selective repeat: 3, more once resends
 	// prove the path reorders); SpuriousResends the resends whose first
@@ -101,6 +111,8 @@ func (c *Conn) Stats() ConnStats {
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
+	st.ECNCERecv, st.ECNEchoesSent = q.Counters.ECNCERecv, q.Counters.ECNEchoesSent
+	st.ECNEchoesRecv, st.ECNMarksEchoed = q.Counters.ECNEchoesRecv, q.Counters.ECNMarksEchoed
 	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv

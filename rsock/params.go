@@ -56,6 +56,9 @@ type Config struct {
 	// even where both sides support them (for comparison: the window then
 	// answers only the rate of loss).
 	NoCongestionControl bool
+	// NoECN turns ECN off even where both sides support it: packets then
+	// go out Not-ECT, and only delay and loss say there is congestion.
+	NoECN bool
 }
 
 func (c *Config) setDefaults() error {
@@ -112,7 +115,9 @@ type Params struct {
 	// (verbs.CongestionController); the stream uses it when both sides
 	// can and selective repeat is on.
 	CongestionControl bool
-
+	// ECN says the endpoint's QP can use ECN (verbs.ECNReactor); the
+	// stream uses it when both sides can and congestion control is on.
+	ECN bool
 	// WideSACK says the endpoint's QP can track and report up to 4096
 	// PSNs past a gap (verbs.WideSACKer); the stream uses it when both
 	// sides can and selective repeat is on.

@@ -10,6 +10,7 @@ type recovery struct {
 	selective  bool // selective repeat instead of go-back-N
 	congestion bool // the congestion controller and pacing, on top of selective repeat
 	wideSACK   bool // selective NAKs of up to 4096 PSNs, on top of selective repeat
+	ecn        bool // ECN-capable requests, CE echoes and the reaction, on top of congestion control
 }
 
 // recoveryFor is the loss recovery of a stream between an endpoint with
@@ -17,10 +18,12 @@ type recovery struct {
 // offer it, and the extensions of selective repeat only with it.
 func recoveryFor(local, peer Params) recovery {
 	sr := local.SelectiveRepeat && peer.SelectiveRepeat
+	cc := sr && local.CongestionControl && peer.CongestionControl
 	return recovery{
 		selective:  sr,
-		congestion: sr && local.CongestionControl && peer.CongestionControl,
+		congestion: cc,
 		wideSACK:   sr && local.WideSACK && peer.WideSACK,
+		ecn:        cc && local.ECN && peer.ECN,
 	}
 }
 
@@ -48,6 +51,11 @@ func (e *Endpoint) setRecovery(r recovery, ringSize, mtu, depth int) error {
 	}
 	if r.congestion {
 		if err := e.qp.(verbs.CongestionController).SetCongestionControl(true); err != nil {
+			return err
+		}
+	}
+	if r.ecn {
+		if err := e.qp.(verbs.ECNReactor).SetECN(true); err != nil {
 			return err
 		}
 	}

@@ -9,10 +9,12 @@ import (
 )
 
 // TestRecoveryFor: each loss-recovery feature is used only when both
-// sides offer it, and the extensions of selective repeat (congestion
-// control, wide SACK) only with it.
+// sides offer it, the extensions of selective repeat (congestion
+// control, wide SACK) only with it, and ECN only with congestion control.
 func TestRecoveryFor(t *testing.T) {
 	all := Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true}
+	withECN := all
+	withECN.ECN = true
 	for _, tc := range []struct {
 		name        string
 		local, peer Params
@@ -29,6 +31,12 @@ func TestRecoveryFor(t *testing.T) {
 		{"peer go-back-N", all, Params{}, recovery{}},
 		{"peer offers extensions without selective repeat", all, Params{CongestionControl: true, WideSACK: true}, recovery{}},
 		{"local go-back-N", Params{}, all, recovery{}},
+		{"both offer ECN", withECN, withECN, recovery{selective: true, congestion: true, wideSACK: true, ecn: true}},
+		{"peer without ECN", withECN, all, recovery{selective: true, congestion: true, wideSACK: true}},
+		{"local without ECN", all, withECN, recovery{selective: true, congestion: true, wideSACK: true}},
+		{"ECN without congestion control at the peer", withECN, Params{SelectiveRepeat: true, ECN: true},
+			recovery{selective: true}},
+		{"ECN with a go-back-N peer", withECN, Params{CongestionControl: true, ECN: true}, recovery{}},
 	} {
 		if got := recoveryFor(tc.local, tc.peer); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

@@ -32,8 +32,18 @@
 # the packets the bottleneck dropped (tc -s qdisc), rsock's share of the
 # goodput (TCP + rsock only) and Jain's fairness index of the two flows.
 #
+# ECN=1 puts a CE marker (cmd/ecnmark: a tc BPF program on the queue's
+# device, at its egress before the tbf) in front of the bottleneck: a
+# virtual queue at the tbf's rate, with its 64 KiB bucket, that marks
+# ECN-capable packets CE while it is longer than ECN_K (default 1ms). rsock
+# peers negotiate ECN by default (RSOCK_ECN=off turns it off), so their
+# packets are ECN-capable and react to the marks; this bench's TCP does
+# not ask for ECN (net.ipv4.tcp_ecn stays the namespaces' default) and is
+# not marked. The table's last column is the marker's count of packets it
+# set CE on ("-" without ECN=1).
+#
 # Settings (environment):
-#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router
+#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router  ECN=0  ECN_K=1ms
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
@@ -64,6 +74,8 @@ DURATION="${DURATION:-10s}"
 MTU="${MTU:-1500}"
 CASES="${CASES:-tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock}"
 TOPOLOGY="${TOPOLOGY:-router}"
+ECN="${ECN:-0}"
+ECN_K="${ECN_K:-1ms}"
 export RSOCK_LINK="${RSOCK_LINK:-udp}"
 case "$TOPOLOGY" in
 router | direct) ;;
@@ -98,6 +110,10 @@ trap 'exit 130' INT TERM
 echo "bottleneck-bench: building rsockbench" >&2
 if [ -n "${RSOCKBENCH:-}" ]; then cp "$RSOCKBENCH" "$tmp/rsockbench"; else go build -o "$tmp/rsockbench" ./cmd/rsockbench; fi
 bench="$tmp/rsockbench"
+if [ "$ECN" = 1 ]; then
+	echo "bottleneck-bench: building ecnmark" >&2
+	go build -o "$tmp/ecnmark" ./cmd/ecnmark
+fi
 
 ip netns add "$A"
 ip netns add "$B"
@@ -147,10 +163,38 @@ else
 fi
 
 # bottleneck RATE QUEUE: a fresh token bucket on the queue's device
-# (counters at 0).
+# (counters at 0), and with ECN=1 a fresh marker in front of it.
+marker=""
 bottleneck() {
 	tc -n "$QNS" qdisc del dev "$QDEV" root 2>/dev/null || true
 	tc -n "$QNS" qdisc add dev "$QDEV" root tbf rate "$1" burst 64kb latency "$2"
+	if [ "$ECN" = 1 ]; then
+		rm -f "$tmp/marks.json"
+		ip netns exec "$QNS" "$tmp/ecnmark" -dev "$QDEV" -rate "$1" -k "$ECN_K" -limit "$2" -burst 65536 \
+			>"$tmp/marks.json" 2>"$tmp/ecnmark.err" &
+		marker=$!
+		pids+=("$marker")
+		for _ in $(seq 50); do
+			grep -q "marking on" "$tmp/ecnmark.err" && break
+			if ! kill -0 "$marker" 2>/dev/null; then
+				echo "bottleneck-bench: ecnmark failed: $(cat "$tmp/ecnmark.err")" >&2
+				exit 1
+			fi
+			sleep 0.1
+		done
+	fi
+}
+# marks: stops the marker and sets m to how many packets it marked CE
+# ("-" without ECN=1). Not in a subshell: it waits for the marker.
+marks() {
+	m="-"
+	if [ -z "$marker" ]; then
+		return
+	fi
+	kill -TERM "$marker" 2>/dev/null || true
+	wait "$marker" 2>/dev/null || true
+	marker=""
+	m=$(jq -r '"\(.marked) of \(.ect) ECT"' "$tmp/marks.json" 2>/dev/null || echo "?")
 }
 # queue_ms RATE QUEUE: how long tbf's queue (RATE × QUEUE + 64 KiB) takes
 # to drain at RATE, in ms.
@@ -244,8 +288,8 @@ flows() {
 }
 
 echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY" >&2
-echo "| rate | queue | case | goodput GB/s | drops at the bottleneck | rsock's share | Jain's index |"
-echo "| --- | --- | --- | --- | ---: | ---: | ---: |"
+echo "| rate | queue | case | goodput GB/s | drops at the bottleneck | rsock's share | Jain's index | CE marks |"
+echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
 IFS=, read -r -a rates <<<"$RATES"
 IFS=, read -r -a queues <<<"$QUEUES"
 IFS=, read -r -a cases <<<"$CASES"
@@ -257,6 +301,7 @@ for rate in "${rates[@]}"; do
 			port=$((port + 10))
 			out=$(flows "$c" "$port" "$rate-$queue")
 			d=$(drops)
+			marks
 			# Pair each flow with what it ran on, and compute the share and Jain's index.
 			row=$(echo "$out" | awk -v kinds="$c" '
 				BEGIN { n = split(kinds, k, "+") }
@@ -278,7 +323,7 @@ for rate in "${rates[@]}"; do
 					printf "%s|%s|%s", s, share, jain
 				}')
 			IFS='|' read -r goodput share jain <<<"$row"
-			echo "| $rate | $queue | $c | $goodput | $d | $share | $jain |"
+			echo "| $rate | $queue | $c | $goodput | $d | $share | $jain | $m |"
 		done
 	done
 done

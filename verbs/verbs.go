@@ -124,6 +124,17 @@ type Counters struct {
 	// the send window (rsock peers with congestion control): losses at a
 	// standing queue, a queue over the target delay, timeouts.
 	CongestionEvents uint64
+	// ECNCapableRecv counts request packets that arrived ECN-capable
+	// (ECT or CE), whatever the queue pair negotiated; ECNCERecv those
+	// of them that arrived CE-marked (a queue on the path was over its
+	// threshold). ECNEchoesSent and ECNEchoesRecv count the ECN echoes
+	// that report CE marks to the requester (rsock peers with ECN), and
+	// ECNMarksEchoed the CE marks those received reported.
+	ECNCapableRecv uint64
+	ECNCERecv      uint64
+	ECNEchoesSent  uint64
+	ECNEchoesRecv  uint64
+	ECNMarksEchoed uint64
 }
 
 // Add adds o's counts to c.
@@ -151,6 +162,11 @@ func (c *Counters) Add(o Counters) {
 	c.UnexpectedResponses += o.UnexpectedResponses
 	c.OutOfSequence += o.OutOfSequence
 	c.CongestionEvents += o.CongestionEvents
+	c.ECNCapableRecv += o.ECNCapableRecv
+	c.ECNCERecv += o.ECNCERecv
+	c.ECNEchoesSent += o.ECNEchoesSent
+	c.ECNEchoesRecv += o.ECNEchoesRecv
+	c.ECNMarksEchoed += o.ECNMarksEchoed
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses
@@ -169,6 +185,15 @@ type SelectiveRepeater interface {
 // does), before the QP reaches RTS; peers negotiate it.
 type CongestionController interface {
 	SetCongestionControl(on bool) error
+}
+
+// ECNReactor is implemented by QPs that can use ECN on top of congestion
+// control: send their requests ECN-capable, echo the CE marks on what
+// they receive to the peer, and reduce their window on the marks the
+// peer echoes. Both ends must enable it, before the QP reaches RTS;
+// peers negotiate it.
+type ECNReactor interface {
+	SetECN(on bool) error
 }
 
 // WideSACKer is implemented by QPs whose selective repeat can track and

@@ -135,6 +135,10 @@ func rdmaDetails(c netconn.ConnStats) string {
 	if c.CongestionEvents > 0 {
 		fmt.Fprintf(&b, " cong_events:%d", c.CongestionEvents)
 	}
+	if c.ECNCERecv+c.ECNEchoesSent+c.ECNEchoesRecv+c.ECNMarksEchoed > 0 {
+		fmt.Fprintf(&b, " ecn_ce_recv:%d ecn_echoes_sent:%d ecn_echoes_recv:%d ecn_marks_echoed:%d",
+			c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed)
+	}
 	if c.Reordering > 0 {
 		fmt.Fprintf(&b, " reordering:%d spurious:%d", c.Reordering, c.SpuriousResends)
 	}
@@ -167,9 +171,11 @@ func counterFields(c verbs.Counters) string {
 	return fmt.Sprintf("sent_pkts %d rcvd_pkts %d retransmits %d timeouts %d out_of_seq_request %d rcvd_seq_err %d "+
 		"send_rnr_err %d rcvd_rnr_err %d icrc_errors %d icrc_unverified %d duplicate_request %d access_errors %d "+
 		"malformed %d unknown_qp %d wrong_peer %d retry_exceeded_err %d retry_rnr_exceeded_err %d completion_queue_overrun %d "+
-		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d congestion_events %d",
+		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d congestion_events %d "+
+		"ecn_capable_recv %d ecn_ce_recv %d ecn_echoes_sent %d ecn_echoes_recv %d ecn_marks_echoed %d",
 		c.SentPackets, c.RecvPackets, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.ICRCErrors, c.ICRCUnverified, c.Duplicates, c.AccessErrors,
 		c.Malformed, c.UnknownQP, c.WrongPeer, c.RetryExceeded, c.RNRRetryExceeded, c.CQOverruns,
-		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence, c.CongestionEvents)
+		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence, c.CongestionEvents,
+		c.ECNCapableRecv, c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed)
 }

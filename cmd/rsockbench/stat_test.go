@@ -191,3 +191,17 @@ func findConn(st netconn.State, remote string, rdma bool) *netconn.ConnStats {
 	}
 	return nil
 }
+
+// TestRDMADetailsECN: an RDMA conn's line shows the ECN counters once
+// any is non-zero, and not before (ss -ti's style: only what happened).
+func TestRDMADetailsECN(t *testing.T) {
+	c := netconn.ConnStats{Device: "softroce0", QPN: 17}
+	if s := rdmaDetails(c); strings.Contains(s, "ecn_") {
+		t.Errorf("no ECN counts, yet %q", s)
+	}
+	c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed = 5, 2, 3, 7
+	s := rdmaDetails(c)
+	if !strings.Contains(s, "ecn_ce_recv:5 ecn_echoes_sent:2 ecn_echoes_recv:3 ecn_marks_echoed:7") {
+		t.Errorf("ECN counts missing from %q", s)
+	}
+}

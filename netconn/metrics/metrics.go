@@ -72,6 +72,11 @@ var deviceCounters = []struct {
 	{"rsock_device_unexpected_responses_total", "Responses dropped unread.", func(c *verbs.Counters) uint64 { return c.UnexpectedResponses }},
 	{"rsock_device_out_of_sequence_total", "Request packets ahead of the expected PSN dropped unplaced.", func(c *verbs.Counters) uint64 { return c.OutOfSequence }},
 	{"rsock_device_congestion_events_total", "Reductions of a send window by the congestion controller.", func(c *verbs.Counters) uint64 { return c.CongestionEvents }},
+	{"rsock_device_ecn_capable_received_total", "Request packets that arrived ECN-capable (ECT or CE).", func(c *verbs.Counters) uint64 { return c.ECNCapableRecv }},
+	{"rsock_device_ecn_ce_received_total", "Request packets that arrived CE-marked.", func(c *verbs.Counters) uint64 { return c.ECNCERecv }},
+	{"rsock_device_ecn_echoes_sent_total", "ECN echoes sent to requesters.", func(c *verbs.Counters) uint64 { return c.ECNEchoesSent }},
+	{"rsock_device_ecn_echoes_received_total", "ECN echoes received from responders.", func(c *verbs.Counters) uint64 { return c.ECNEchoesRecv }},
+	{"rsock_device_ecn_marks_echoed_total", "CE marks that echoes reported on sent packets.", func(c *verbs.Counters) uint64 { return c.ECNMarksEchoed }},
 }
 
 // Write writes st in the text format.

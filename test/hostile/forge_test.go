@@ -160,6 +160,15 @@ func (f *forger) response(k int, qpn, psn uint32) []byte {
 	return append(b, extra...)
 }
 
+// ecnEcho returns an ECN echo (rsock's RC_ECN_ECHO) to qpn reporting ect
+// ECN-capable and ce CE-marked packets, at a random PSN.
+func (f *forger) ecnEcho(qpn, ect, ce uint32) []byte {
+	b := make([]byte, wire.BTHLen+wire.ECNEchoLen)
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: wire.RCECNEcho, MigReq: true, PKey: wire.DefaultPKey, DestQP: qpn, PSN: f.rnd.Uint32() & wire.PSNMask})
+	wire.ECNEcho(b[wire.BTHLen:]).Encode(ect, ce)
+	return b
+}
+
 // psnNear returns a PSN from base+lo to base+hi (modulo 2^24; lo and hi
 // may be negative).
 func (f *forger) psnNear(base uint32, lo, hi int) uint32 {

@@ -104,6 +104,9 @@ var (
 	duplicates  = counterSum{"Duplicates", func(c verbs.Counters) uint64 { return c.Duplicates }}
 	outOfSeq    = counterSum{"OutOfSequence", func(c verbs.Counters) uint64 { return c.OutOfSequence }}
 	unexpectedR = counterSum{"UnexpectedResponses", func(c verbs.Counters) uint64 { return c.UnexpectedResponses }}
+	// echoes counts ECN echoes: heard (a queue pair with ECN) or dropped
+	// as unexpected (one without).
+	echoes = counterSum{"ECNEchoesRecv+UnexpectedResponses", func(c verbs.Counters) uint64 { return c.ECNEchoesRecv + c.UnexpectedResponses }}
 )
 
 // attack is one class of forged packets aimed at a victim.
@@ -222,6 +225,18 @@ var attacks = []attack{
 		}
 		return ps, peer.link, unexpectedR
 	}},
+	{name: "spoofed ECN echoes implausibly far ahead", build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
+		// No queue marks in this lab: the real CE count stays 0, and a
+		// count more than 2^20 ahead of it (or, wrapped, behind it) must
+		// not be believed; testForged checks at the end that no echoed
+		// mark was. (Not exact: a go-back-N queue pair counts them as
+		// unexpected responses, as it does stale real ones.)
+		var ps [][]byte
+		for range n {
+			ps = append(ps, f.ecnEcho(v.params.QPN, f.rnd.Uint32(), 1<<20+1+f.rnd.Uint32N(^uint32(0)-1<<20)))
+		}
+		return ps, peer.link, echoes
+	}},
 	{name: "flood of one spoofed duplicate", flood: true, build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
 		p := f.request(v.params.QPN, behind(f, peer), ringOutside(f, v), v.params.RingRKey)
 		ps := make([][]byte, 5*n)
@@ -337,5 +352,9 @@ func testForged(t *testing.T, cfg rsock.Config, strictICRC bool) {
 	b.checkCanary(t)
 	for _, s := range []*side{a, b} {
 		t.Logf("%s: %+v", s.name, s.dev.Counters())
+		// Nothing marks CE in this lab: every echoed mark was forged.
+		if c := s.dev.Counters(); c.ECNMarksEchoed != 0 || c.ECNCERecv != 0 {
+			t.Errorf("%s believed %d echoed CE marks (%d CE received) where nothing marks", s.name, c.ECNMarksEchoed, c.ECNCERecv)
+		}
 	}
 }

@@ -55,6 +55,12 @@ func (q *QP) complete(pkt *wire.Packet) {
 		q.count(cUnknownQP, 1)
 		return
 	}
+	if pkt.BTH.Opcode() == wire.RCECNEcho {
+		// An echo stands outside the PSN sequence: its PSN only says
+		// how far the responder got.
+		q.onECNEcho(pkt)
+		return
+	}
 	psn := pkt.BTH.PSN()
 	// Only a response within the outstanding range is acted on (IBA
 	// 9.7.5.1): one for a PSN already acknowledged is stale or forged, and

@@ -77,6 +77,8 @@ type congestionControl interface {
 	OnRTTSample(now, rtt int64)
 	// OnPacketsLost counts n packets resent because they were lost.
 	OnPacketsLost(n int)
+	// OnECNMarks counts n packets the peer reported CE-marked.
+	OnECNMarks(n int)
 	// OnTimeout collapses the window after a retransmission timeout.
 	OnTimeout(high uint32)
 	// Cwnd is the congestion window.
@@ -149,12 +151,13 @@ type delayGated struct {
 
 	events uint64
 	pace   pacer
+	ecn    ecnReaction // congestion_ecn.go
 }
 
 // newDelayGated returns a controller whose window starts at and never
 // exceeds max packets; psn is the first PSN to be sent.
 func newDelayGated(max int, psn uint32) *delayGated {
-	return &delayGated{cwnd: min(initialWindow, max), ssthresh: max, max: max, roundEnd: psn}
+	return &delayGated{cwnd: min(initialWindow, max), ssthresh: max, max: max, roundEnd: psn, ecn: newECNReaction()}
 }
 
 var _ congestionControl = (*delayGated)(nil)
@@ -355,6 +358,11 @@ func (c *delayGated) endRound(high uint32) {
 			// rounded its decrease to nothing and kept the queue.
 			c.reduce(c.cwnd - max(int(float64(c.cwnd)*min(f, 0.5)), 1))
 		}
+	}
+	// CE marks (congestion_ecn.go): DCTCP's cut, unless this round
+	// reduced the window already or answers for the last reduction.
+	if w := c.ecn.endRound(c.roundAcked, c.cwnd); w < c.cwnd && !recovering && c.hold == 0 {
+		c.reduce(w)
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)
 	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0

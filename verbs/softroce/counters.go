@@ -33,6 +33,11 @@ const (
 	cUnexpectedResponses
 	cOutOfSequence
 	cCongestionEvents
+	cECNCapableRecv
+	cECNCERecv
+	cECNEchoesSent
+	cECNEchoesRecv
+	cECNMarksEchoed
 	numCounters
 )
 
@@ -67,5 +72,11 @@ func (c *counters) snapshot() verbs.Counters {
 		UnexpectedResponses: c[cUnexpectedResponses].Load(),
 		OutOfSequence:       c[cOutOfSequence].Load(),
 		CongestionEvents:    c[cCongestionEvents].Load(),
+
+		ECNCapableRecv: c[cECNCapableRecv].Load(),
+		ECNCERecv:      c[cECNCERecv].Load(),
+		ECNEchoesSent:  c[cECNEchoesSent].Load(),
+		ECNEchoesRecv:  c[cECNEchoesRecv].Load(),
+		ECNMarksEchoed: c[cECNMarksEchoed].Load(),
 	}
 }

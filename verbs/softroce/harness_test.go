@@ -80,6 +80,8 @@ type pairOpts struct {
 	recvWR      uint32
 	selective   bool // selective repeat on both QPs
 	congestion  bool // congestion control asked for on both QPs
+	ecn         bool // ECN asked for on both QPs, but for a's with ecnOffA
+	ecnOffA     bool
 	wide        bool // wide SACK on both QPs
 	capture     *Capture
 }
@@ -163,6 +165,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 		must(t, me.qp.SetSelectiveRepeat(o.selective))
 		must(t, me.qp.SetCongestionControl(o.congestion))
+		must(t, me.qp.SetECN(o.ecn && !(me == a && o.ecnOffA)))
 		must(t, me.qp.SetWideSACK(o.wide))
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,

@@ -55,6 +55,10 @@ type QP struct {
 	paceAt     int64
 	ccEvents   uint64
 
+	// ECN (ecn_qp.go): negotiated (SetECN), and its counts.
+	ecn       bool
+	ecnCounts ecnState
+
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
 	// yet completed, [sqNext, sqTail) wait for (re)transmission.

@@ -84,8 +84,11 @@ func (rx *receiver) process(pkts []link.Packet) {
 		rx.handle(&pkts[i])
 	}
 	for i, q := range rx.owed {
-		rx.reserve(1)
+		rx.reserve(2)
 		q.mu.Lock()
+		// The echo first: its marks then count in the round trip that
+		// the ACK after it may end.
+		q.sendECNEcho(rx)
 		q.sendOwedAck(rx)
 		q.mu.Unlock()
 		rx.owed[i] = nil
@@ -133,6 +136,7 @@ func (rx *receiver) handle(p *link.Packet) {
 	}
 	q.stats.add(cRecvPackets, 1)
 	if pkt.BTH.Opcode().Flags().Has(wire.FlagRequest) {
+		q.noteECN(p.ECN, rx)
 		q.respond(&pkt, rx)
 	} else {
 		q.complete(&pkt)
@@ -155,6 +159,7 @@ func (rx *receiver) packet() *link.Packet {
 		rx.out = append(rx.out, link.Packet{Buf: make([]byte, maxPacketLen)})
 	}
 	p := &rx.out[rx.outN]
+	p.ECN = link.ECNNotECT
 	rx.outN++
 	return p
 }

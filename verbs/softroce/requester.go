@@ -198,6 +198,7 @@ func (q *QP) buildData(p *link.Packet, w *sendWQE, psn uint32, off uint64, ackRe
 		h += wire.ImmDtLen
 	}
 	p.Addr = q.peer
+	p.ECN = q.requestECN()
 	if q.dev.tailSend && pad == 0 && n > 0 && w.flags&verbs.SendInline == 0 {
 		// The link reads the payload from the registered memory itself.
 		if mem, m := q.dev.span(q.pd, w.sgl, off, n); m != nil {
@@ -248,6 +249,7 @@ func (q *QP) emitRead(w *sendWQE) bool {
 	wire.RETH(b[wire.BTHLen:]).Encode(w.raddr+off, w.rkey, uint32(length))
 	p.N = len(b)
 	p.Addr = q.peer
+	p.ECN = q.requestECN()
 	q.notePSNSent(psn)
 	w.readReq += n
 	w.readHigh = max(w.readHigh, w.readReq)
@@ -281,6 +283,7 @@ func (q *QP) emitAtomic(w *sendWQE) {
 	wire.AtomicETH(b[wire.BTHLen:]).Encode(w.raddr, w.rkey, w.swapOrAdd(), w.compareAdd)
 	p.N = len(b)
 	p.Addr = q.peer
+	p.ECN = q.requestECN()
 	q.notePSNSent(w.firstPSN)
 	q.req.nextPSN = psnAdd(w.firstPSN, 1)
 	q.req.sinceAck = 0
@@ -357,6 +360,7 @@ func (q *QP) txPacket() *link.Packet {
 	p := &q.tx[q.txN]
 	q.txb.hold(q.txN, nil)
 	p.Tail = nil
+	p.ECN = link.ECNNotECT
 	q.txN++
 	return p
 }

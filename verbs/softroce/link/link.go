@@ -57,6 +57,21 @@ func (s ICRCStatus) String() string {
 	return "invalid"
 }
 
+// ECN is an IP ECN codepoint (RFC 3168).
+type ECN uint8
+
+// ECN codepoints.
+const (
+	// ECNNotECT marks a packet whose transport does not react to CE.
+	ECNNotECT ECN = 0
+	// ECNECT1 is ECT(1), which RFC 9331 gives to L4S.
+	ECNECT1 ECN = 1
+	// ECNECT0 is ECT(0), the classic ECN-capable codepoint.
+	ECNECT0 ECN = 2
+	// ECNCE is Congestion Experienced, set by a queue on an ECT packet.
+	ECNCE ECN = 3
+)
+
 // Packet is one RoCEv2 packet buffer exchanged with a Link. A Link never
 // retains a Buf the caller passed in after Send or Recv returns. Recv may
 // however replace Buf with a view of memory the link owns; see Link.Recv.
@@ -74,6 +89,13 @@ type Packet struct {
 	Addr netip.AddrPort
 	// ICRC is set by Recv.
 	ICRC ICRCStatus
+	// ECN is the packet's IP ECN codepoint (the low two bits of the IPv4
+	// TOS or IPv6 traffic class). On Send, the codepoint a link that
+	// writes it (udp) sends the packet with; the engine sets one other
+	// than ECNNotECT only for queue pairs that negotiated ECN. On Recv,
+	// the codepoint the packet arrived with, on links that read it (udp,
+	// dpdk); others leave ECNNotECT.
+	ECN ECN
 	// Tail, when not nil, is the rest of the packet, left where it is
 	// instead of copied: the packet is Buf[:N] (then only its headers,
 	// BTH through the extended transport headers) followed by Tail (the

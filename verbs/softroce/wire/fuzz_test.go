@@ -50,7 +50,7 @@ func FuzzParse(f *testing.F) {
 		}{
 			{"BTH", p.BTH, BTHLen}, {"RETH", p.RETH, RETHLen}, {"AETH", p.AETH, AETHLen},
 			{"ImmDt", p.Imm, ImmDtLen}, {"IETH", p.IETH, IETHLen}, {"AtomicETH", p.AtomicETH, AtomicETHLen},
-			{"AtomicAckETH", p.AtomicAckETH, AtomicAckETHLen}, {"Payload", p.Payload, -1},
+			{"AtomicAckETH", p.AtomicAckETH, AtomicAckETHLen}, {"ECNEcho", p.ECNEcho, ECNEchoLen}, {"Payload", p.Payload, -1},
 		}
 		for _, v := range views {
 			if !within(v.v, b) {
@@ -94,6 +94,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if p.AtomicAckETH != nil {
 			_ = p.AtomicAckETH.OrigData()
+		}
+		if (p.ECNEcho != nil) != (op == RCECNEcho) {
+			t.Fatalf("ECNEcho view %x on %v", []byte(p.ECNEcho), op)
+		}
+		if p.ECNEcho != nil {
+			_ = p.ECNEcho.ECT() + p.ECNEcho.CE()
 		}
 		_ = op.String()
 	})

@@ -94,6 +94,8 @@ const (
 	FlagAtomic
 	// FlagAck marks an ACK/NAK.
 	FlagAck
+	// FlagECNEcho means an ECNEcho header follows the BTH.
+	FlagECNEcho
 )
 
 // Has reports whether all bits of g are set in f.
@@ -137,6 +139,7 @@ var opTable = [256]opInfo{
 	RCSendLastInv:        {"RC_SEND_LAST_WITH_INVALIDATE", sendReq | FlagLast | FlagIETH, BTHLen + IETHLen},
 	RCSendOnlyInv:        {"RC_SEND_ONLY_WITH_INVALIDATE", sendReq | onlyPkt | FlagIETH, BTHLen + IETHLen},
 	RCSelectiveNAK:       {"RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, BTHLen + AETHLen},
+	RCECNEcho:            {"RC_ECN_ECHO", FlagResponse | FlagAck | FlagECNEcho, BTHLen + ECNEchoLen},
 }
 
 // String returns the IBA name of the opcode without the "IB_OPCODE_"

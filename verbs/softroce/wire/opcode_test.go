@@ -43,6 +43,7 @@ func TestOpcodeTable(t *testing.T) {
 		{RCSendLastInv, 0x16, "RC_SEND_LAST_WITH_INVALIDATE", send | FlagLast | FlagIETH, 16},
 		{RCSendOnlyInv, 0x17, "RC_SEND_ONLY_WITH_INVALIDATE", send | only | FlagIETH, 16},
 		{RCSelectiveNAK, 0xe0, "RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, 16},
+		{RCECNEcho, 0xe1, "RC_ECN_ECHO", FlagResponse | FlagAck | FlagECNEcho, 20},
 	}
 	valid := make(map[Opcode]bool)
 	for _, tc := range tests {
@@ -63,8 +64,8 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%s HeaderLen = %d, want %d", tc.name, got, tc.hlen)
 		}
 	}
-	if len(valid) != 24 {
-		t.Errorf("%d distinct opcodes in table, want 24", len(valid))
+	if len(valid) != 25 {
+		t.Errorf("%d distinct opcodes in table, want 25", len(valid))
 	}
 	for i := range 256 {
 		op := Opcode(i)
@@ -88,7 +89,7 @@ func TestOpcodeFlagsConsistent(t *testing.T) {
 		n int
 	}{
 		{FlagRETH, RETHLen}, {FlagAETH, AETHLen}, {FlagImm, ImmDtLen}, {FlagIETH, IETHLen},
-		{FlagAtomicETH, AtomicETHLen}, {FlagAtomicAckETH, AtomicAckETHLen},
+		{FlagAtomicETH, AtomicETHLen}, {FlagAtomicAckETH, AtomicAckETHLen}, {FlagECNEcho, ECNEchoLen},
 	}
 	for i := range 256 {
 		op := Opcode(i)

@@ -39,6 +39,8 @@ type Packet struct {
 	AtomicETH AtomicETH
 	// AtomicAckETH is set for ATOMIC_ACKNOWLEDGE.
 	AtomicAckETH AtomicAckETH
+	// ECNEcho is set for RC_ECN_ECHO.
+	ECNEcho ECNEcho
 	// Payload is the payload without pad bytes; nil for opcodes without
 	// payload and empty (non-nil) for a zero-length payload.
 	Payload []byte
@@ -57,7 +59,8 @@ func view(b []byte, off, n int) []byte { return b[off : off+n : off+n] }
 // Parse splits an RC packet, from the BTH through the pad bytes (the ICRC
 // already removed), into header views and payload. It does not copy or
 // allocate, and it never panics. Header order after the BTH follows the
-// IBA: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+// IBA: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (and rsock's
+// ECNEcho, alone after the BTH).
 func Parse(b []byte) (Packet, error) { return parse(b, nil, false) }
 
 // ParseSplit is Parse for a packet held in two pieces: head is exactly its
@@ -126,6 +129,9 @@ func parse(b, tail []byte, split bool) (Packet, error) {
 	}
 	if f&FlagIETH != 0 {
 		p.IETH = view(b, off, IETHLen)
+	}
+	if f&FlagECNEcho != 0 {
+		p.ECNEcho = view(b, off, ECNEchoLen)
 	}
 	switch {
 	case f&FlagPayload == 0:

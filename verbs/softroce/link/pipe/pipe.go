@@ -60,6 +60,10 @@ type Faults struct {
 	// Jitter adds a uniformly random extra delay in [0, Jitter) per packet.
 	// Jittered packets can overtake each other.
 	Jitter time.Duration
+	// Mark is the probability of setting CE on an ECN-capable packet
+	// (Packet.ECN ECT(0) or ECT(1)), as a marking queue would. The
+	// network carries every packet's ECN codepoint to Recv.
+	Mark float64
 	// Seed seeds the deterministic random source (a math/rand/v2 PCG);
 	// 0 means 1.
 	Seed int64
@@ -82,6 +86,8 @@ type Stats struct {
 	Reordered uint64
 	// Corrupted counts packets with a bit flipped by the Corrupt fault.
 	Corrupted uint64
+	// Marked counts packets the Mark fault set CE on.
+	Marked uint64
 }
 
 // Network is an in-memory wire joining Endpoints. All its methods are safe
@@ -107,6 +113,7 @@ type Network struct {
 type packet struct {
 	buf []byte
 	src netip.AddrPort
+	ecn link.ECN
 }
 
 // NewNetwork returns a network applying faults f.
@@ -401,17 +408,22 @@ func (e *Endpoint) Send(pkts []link.Packet) error {
 			buf[i] ^= 1 << (bit % 8)
 			n.stats.Corrupted++
 		}
+		ecn := p.ECN & 3
+		if (ecn == link.ECNECT0 || ecn == link.ECNECT1) && n.chance(f.Mark) {
+			ecn = link.ECNCE
+			n.stats.Marked++
+		}
 		dup := n.chance(f.Duplicate)
 		hold := n.chance(f.Reorder)
 		if hold {
 			n.stats.Reordered++
 		}
-		n.route(dst, packet{buf: buf, src: e.addr}, hold, now)
+		n.route(dst, packet{buf: buf, src: e.addr, ecn: ecn}, hold, now)
 		if dup {
 			n.stats.Duplicated++
 			b2 := n.getBuf(size)
 			copy(b2, buf)
-			n.route(dst, packet{buf: b2, src: e.addr}, false, now)
+			n.route(dst, packet{buf: b2, src: e.addr, ecn: ecn}, false, now)
 		}
 	}
 	return firstErr
@@ -452,6 +464,7 @@ func (e *Endpoint) Recv(pkts []link.Packet) (int, error) {
 			copy(dst.Buf, q.buf)
 			dst.N = len(q.buf) - wire.ICRCLen
 			dst.Addr = q.src
+			dst.ECN = q.ecn
 			n.putBuf(q.buf)
 			n.stats.Delivered++
 			k++

@@ -61,7 +61,7 @@ func expectedIDs(pkts []link.Packet, gso bool) []int {
 		size, total, n := pkts[i].N, pkts[i].N+4, 1
 		for i+n < len(pkts) && n < 64 {
 			p := pkts[i+n]
-			if p.Addr != pkts[i].Addr || p.N > size || total+p.N+4 > 65507 {
+			if p.Addr != pkts[i].Addr || p.ECN != pkts[i].ECN || p.N > size || total+p.N+4 > 65507 {
 				break
 			}
 			ids[i+n] = n

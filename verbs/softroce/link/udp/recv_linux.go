@@ -26,7 +26,7 @@ type rxScratch struct {
 	iov []unix.Iovec
 	sa4 []unix.RawSockaddrInet4 // used by IPv4 links
 	sa6 []unix.RawSockaddrInet6 // used by IPv6 links
-	ctl []byte                  // GRO links: rxCtlSpace bytes per slot
+	ctl []byte                  // rxCtlSpace bytes per slot
 	big []byte                  // GRO links: groSlot bytes per slot, allocated by the first receive call
 
 	// Carry-over of a GRO link: messages hs[next:end] are still to be
@@ -37,6 +37,7 @@ type rxScratch struct {
 	pos, seg  int
 	gso       int
 	src       netip.AddrPort
+	ecn       link.ECN
 
 	// ids holds how the ICRC changes with the IPv4 ID, by packet length.
 	ids idCache
@@ -68,9 +69,7 @@ func newRxScratch(batch int, is4, gro bool) rxScratch {
 	} else {
 		s.sa6 = make([]unix.RawSockaddrInet6, batch)
 	}
-	if gro {
-		s.ctl = alignedBytes(batch * rxCtlSpace)
-	}
+	s.ctl = alignedBytes(batch * rxCtlSpace)
 	return s
 }
 
@@ -299,7 +298,7 @@ func (s *rxScratch) receivedGRO(cnt int) {
 func (l *Link) describePlain(s *rxScratch, pkts []link.Packet) {
 	for i := range pkts {
 		buf := pkts[i].Buf
-		l.packRecv(s, i, unsafe.SliceData(buf), len(buf), nil)
+		l.packRecv(s, i, unsafe.SliceData(buf), len(buf), s.ctl[i*rxCtlSpace:(i+1)*rxCtlSpace])
 	}
 }
 
@@ -372,6 +371,7 @@ func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 		n := size - wire.ICRCLen
 		p.N = n
 		p.Addr = src
+		_, p.ECN = parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
 		p.ICRC = l.checkICRC(s, src, p.Buf[:n], wire.ICRCOf(p.Buf[n:size]), 0)
 		j++
 	}
@@ -393,22 +393,37 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 		l.drops.Add(1)
 		return false
 	}
-	gso := size
-	ctl := s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)]
+	gso, ecn := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+	if gso <= 0 || gso >= size {
+		gso = size
+	}
+	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn = true, 0, 0, gso, src, ecn
+	return true
+}
+
+// parseControl reads a received message's control messages: the segment
+// size of a coalesced message (UDP_GRO; 0 if none) and the ECN codepoint
+// of its TOS or traffic class (IP_TOS, IPV6_TCLASS; Not-ECT if none). The
+// kernel coalesces only datagrams with the same TOS (inet_gro_receive and
+// ipv6_gro_receive flush on a difference), so the one codepoint is every
+// segment's.
+func parseControl(ctl []byte) (gso int, ecn link.ECN) {
 	for len(ctl) > 0 {
 		ch, data, rest, err := unix.ParseOneSocketControlMessage(ctl)
 		if err != nil {
 			break
 		}
-		if ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4 {
-			if g := int(int32(binary.NativeEndian.Uint32(data))); g > 0 && g < size {
-				gso = g
-			}
+		switch {
+		case ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4:
+			gso = int(int32(binary.NativeEndian.Uint32(data)))
+		case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TOS && len(data) >= 1:
+			ecn = link.ECN(data[0] & 3)
+		case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(data) >= 4:
+			ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
 		}
 		ctl = rest
 	}
-	s.inMsg, s.pos, s.seg, s.gso, s.src = true, 0, 0, gso, src
-	return true
+	return gso, ecn
 }
 
 // drain splits received GRO messages into pkts, from where the last call
@@ -445,6 +460,7 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 		n := seg - wire.ICRCLen
 		p.N = n
 		p.Addr = s.src
+		p.ECN = s.ecn
 		p.ICRC = l.checkICRC(s, s.src, data[:n], wire.ICRCOf(data[n:seg]), idx)
 		j++
 	}

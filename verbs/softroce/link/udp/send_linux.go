@@ -125,14 +125,15 @@ func (l *Link) checkSend(p *link.Packet) (netip.AddrPort, error) {
 
 // gsoRun returns how many packets from pkts[0] (which is valid) form one
 // GSO message: at most limit, all to the same address, all of pkts[0]'s
-// length except possibly a shorter last one, under maxGSOBytes in all.
+// length except possibly a shorter last one, all with the same ECN
+// codepoint, under maxGSOBytes in all.
 func gsoRun(pkts []link.Packet, limit int) int {
 	size := pkts[0].N
 	total := size + wire.ICRCLen
 	n := 1
 	for n < len(pkts) && n < limit {
 		p := &pkts[n]
-		if p.Addr != pkts[0].Addr || p.N > size || p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) ||
+		if p.Addr != pkts[0].Addr || p.ECN != pkts[0].ECN || p.N > size || p.N < 0 || p.N+wire.ICRCLen > cap(p.Buf) ||
 			total+p.N+wire.ICRCLen > maxGSOBytes {
 			break
 		}
@@ -163,15 +164,32 @@ func (l *Link) packSend(s *txScratch, m, k int, run []link.Packet, dst netip.Add
 	h.Hdr = unix.Msghdr{}
 	h.Hdr.Iov = &s.iov[k]
 	h.Hdr.SetIovlen(len(run))
+	c := s.ctl[m*txCtlSpace : (m+1)*txCtlSpace]
+	n := 0 // control bytes used
 	if len(run) > 1 {
-		c := s.ctl[m*txCtlSpace : (m+1)*txCtlSpace]
 		ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 		ch.Level = unix.SOL_UDP
 		ch.Type = unix.UDP_SEGMENT
 		ch.SetLen(txCtlLen)
 		binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(run[0].N+wire.ICRCLen))
+		n = txCtlSegSpace
+	}
+	if e := run[0].ECN; e != link.ECNNotECT {
+		// The ECN codepoint, DSCP 0: IP_TOS or IPV6_TCLASS for this
+		// message only (the socket also carries packets of peers that
+		// did not negotiate ECN). The ICRC masks these bits.
+		ch := (*unix.Cmsghdr)(unsafe.Pointer(&c[n]))
+		ch.Level, ch.Type = unix.IPPROTO_IP, unix.IP_TOS
+		if !l.is4 {
+			ch.Level, ch.Type = unix.IPPROTO_IPV6, unix.IPV6_TCLASS
+		}
+		ch.SetLen(txCtlTOSLen)
+		binary.NativeEndian.PutUint32(c[n+unix.CmsgLen(0):], uint32(e&3))
+		n += txCtlTOSSpace
+	}
+	if n > 0 {
 		h.Hdr.Control = &c[0]
-		h.Hdr.SetControllen(txCtlSpace)
+		h.Hdr.SetControllen(n)
 	}
 	if l.is4 {
 		sa := &s.sa4[m]

@@ -37,11 +37,17 @@ const (
 	maxGROSlots = 64
 )
 
-// Control message sizes: UDP_SEGMENT carries a uint16, UDP_GRO an int.
+// Control message sizes: UDP_SEGMENT carries a uint16, UDP_GRO an int,
+// IP_TOS an int on send and a byte on receive, IPV6_TCLASS an int. A send
+// message carries up to UDP_SEGMENT and a TOS; a received one up to
+// UDP_GRO and a TOS (with room to spare).
 var (
-	txCtlLen   = unix.CmsgLen(2)
-	txCtlSpace = unix.CmsgSpace(2)
-	rxCtlSpace = 2 * unix.CmsgSpace(4)
+	txCtlLen      = unix.CmsgLen(2)
+	txCtlSegSpace = unix.CmsgSpace(2)
+	txCtlTOSLen   = unix.CmsgLen(4)
+	txCtlTOSSpace = unix.CmsgSpace(4)
+	txCtlSpace    = txCtlSegSpace + txCtlTOSSpace
+	rxCtlSpace    = 3 * unix.CmsgSpace(4)
 )
 
 // Link is a link.Link over a kernel UDP socket. Create it with Listen.
@@ -184,6 +190,16 @@ func setSockopts(fd int, is4 bool, cfg Config) error {
 	} else {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE); err != nil {
 			return fmt.Errorf("setsockopt IPV6_MTU_DISCOVER: %w", err)
+		}
+	}
+	// Report each datagram's TOS (traffic class), for its ECN bits.
+	if is4 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return fmt.Errorf("setsockopt IP_RECVTOS: %w", err)
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+			return fmt.Errorf("setsockopt IPV6_RECVTCLASS: %w", err)
 		}
 	}
 	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.RecvBuffer); err != nil {

@@ -125,6 +125,8 @@ type Frame struct {
 	// Src is the sender's IP address and UDP port, Dst the destination IP.
 	Src netip.AddrPort
 	Dst netip.Addr
+	// ECN is the codepoint of the IPv4 TOS or IPv6 traffic class.
+	ECN link.ECN
 }
 
 // Decode checks a received frame and locates its RoCEv2 packet. ok is
@@ -158,6 +160,7 @@ func decodeHeaders(fr *Frame, h []byte, total int) (off, end int, ok bool) {
 		off, end = wire.EthernetLen+wire.IPv4MinLen, wire.EthernetLen+int(ip.TotalLen())
 		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
 		fr.Dst = ip.Dst()
+		fr.ECN = link.ECN(ip.TOS() & 3)
 	case wire.EtherTypeIPv6:
 		ip := wire.IPv6(rest)
 		if !ip.IsValid(total-wire.EthernetLen) || ip.NextHeader() != wire.IPProtoUDP {
@@ -166,6 +169,7 @@ func decodeHeaders(fr *Frame, h []byte, total int) (off, end int, ok bool) {
 		off, end = wire.EthernetLen+wire.IPv6Len, wire.EthernetLen+wire.IPv6Len+int(ip.PayloadLen())
 		fr.Src = netip.AddrPortFrom(ip.Src(), 0)
 		fr.Dst = ip.Dst()
+		fr.ECN = link.ECN(ip.TrafficClass() & 3)
 	default:
 		return 0, 0, false
 	}
@@ -190,6 +194,7 @@ func Deliver(p *link.Packet, fr *Frame) {
 	p.N = n
 	p.Tail = nil
 	p.Addr = fr.Src
+	p.ECN = fr.ECN
 	if wire.ComputeICRCFromHeaders(fr.IPUDP, fr.Pkt[:n]) == wire.ICRCOf(fr.Pkt[n:]) {
 		p.ICRC = link.ICRCGood
 	} else {
@@ -225,6 +230,7 @@ func DeliverSplit(p *link.Packet, head, frame []byte) bool {
 	p.N = hl
 	p.Tail = frame[off+hl : pktEnd : end]
 	p.Addr = fr.Src
+	p.ECN = fr.ECN
 	// The ICRC is read from shared memory once, like the payload.
 	if wire.ComputeICRCFromParts(fr.IPUDP, p.Buf, p.Tail) == wire.ICRCOf(frame[pktEnd:end]) {
 		p.ICRC = link.ICRCGood

@@ -231,3 +231,40 @@ func TestHeadersTail(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeECN sets each ECN codepoint in the IPv4 TOS (fixing the
+// header checksum) and the IPv6 traffic class of a frame, as a marking
+// router would, and checks that Deliver reports it, with the ICRC still
+// good (it masks those bits), whole and split.
+func TestDecodeECN(t *testing.T) {
+	v6a := netip.MustParseAddrPort("[fd00::1]:4791")
+	v6b := netip.MustParseAddrPort("[fd00::2]:4791")
+	for _, e := range []link.ECN{link.ECNNotECT, link.ECNECT1, link.ECNECT0, link.ECNCE} {
+		for _, v6 := range []bool{false, true} {
+			pkt := mkPkt(64, 3)
+			var f []byte
+			if v6 {
+				f = frame(t, v6b, v6a, pkt)
+				f[wire.EthernetLen+1] |= byte(e) << 4 // the traffic class's low bits
+			} else {
+				f = frame(t, addrB, addrA, pkt)
+				ip := wire.IPv4(f[wire.EthernetLen:])
+				ip[1] |= byte(e)
+				ip.SetChecksum(ip.CalculateChecksum())
+			}
+			fr, ok := Decode(f)
+			if !ok {
+				t.Fatalf("ECN %d, IPv6 %v: not decoded", e, v6)
+			}
+			var p link.Packet
+			Deliver(&p, &fr)
+			if p.ECN != e || p.ICRC != link.ICRCGood {
+				t.Errorf("ECN %d, IPv6 %v: delivered with ECN %d, ICRC %v", e, v6, p.ECN, p.ICRC)
+			}
+			var q link.Packet
+			if !DeliverSplit(&q, f[:SplitHeadLen], f) || q.ECN != e || q.ICRC != link.ICRCGood {
+				t.Errorf("ECN %d, IPv6 %v: split delivery with ECN %d, ICRC %v", e, v6, q.ECN, q.ICRC)
+			}
+		}
+	}
+}
