@@ -45,10 +45,9 @@ const (
 	// per connection; EnvMemifSecret is the secret it expects.
 	EnvMemifWire   = "RSOCK_MEMIF_WIRE"
 	EnvMemifSecret = "RSOCK_MEMIF_SECRET"
-	// EnvECN, RSOCK_ECN=off (or 0), turns ECN off (rsock.Config.NoECN):
-	// the process then neither offers nor uses it. Unset, on or 1 leave
-	// it on where both peers run congestion control; another value is an
-	// error.
+	// EnvECN, RSOCK_ECN=on (or 1), offers ECN (rsock.Config.ECN) where
+	// both peers run congestion control. Unset, off or 0 leave it off;
+	// another value is an error.
 	EnvECN = "RSOCK_ECN"
 )
 
@@ -108,9 +107,9 @@ func resolve(provider, link string, stream rsock.Config) (settings, error) {
 		}
 	}
 	switch v := os.Getenv(EnvECN); v {
-	case "", "on", "1":
-	case "off", "0":
-		stream.NoECN = true
+	case "", "off", "0":
+	case "on", "1":
+		stream.ECN = true
 	default:
 		return settings{}, fmt.Errorf("netconn: %s=%q: want on or off", EnvECN, v)
 	}

@@ -70,14 +70,14 @@ type helloTestDevice struct{ verbs.Device }
 func (helloTestDevice) Provider() string { return "softroce" }
 func (helloTestDevice) Link() string     { return "udp" }
 
-// TestEnvECN: RSOCK_ECN=off (or 0) sets rsock.Config.NoECN, unset, on or
-// 1 leave it clear, and another value is an error naming the variable.
+// TestEnvECN: RSOCK_ECN=on (or 1) sets rsock.Config.ECN, unset, off or 0
+// leave it clear, and another value is an error naming the variable.
 func TestEnvECN(t *testing.T) {
-	for v, noECN := range map[string]bool{"": false, "on": false, "1": false, "off": true, "0": true} {
+	for v, ecn := range map[string]bool{"": false, "off": false, "0": false, "on": true, "1": true} {
 		t.Setenv(EnvECN, v)
 		set, err := resolve("", "", rsock.Config{})
-		if err != nil || set.stream.NoECN != noECN {
-			t.Errorf("RSOCK_ECN=%q: NoECN %v, %v; want %v", v, set.stream.NoECN, err, noECN)
+		if err != nil || set.stream.ECN != ecn {
+			t.Errorf("RSOCK_ECN=%q: ECN %v, %v; want %v", v, set.stream.ECN, err, ecn)
 		}
 	}
 	t.Setenv(EnvECN, "maybe")

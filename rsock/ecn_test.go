@@ -18,11 +18,12 @@ func TestECNNegotiated(t *testing.T) {
 		cfgA, cfgB Config
 		ecn        bool
 	}{
-		{"both", Config{}, Config{}, true},
-		{"peer without", Config{}, Config{NoECN: true}, false},
-		{"local without", Config{NoECN: true}, Config{}, false},
-		{"peer without congestion control", Config{}, Config{NoCongestionControl: true}, false},
-		{"go-back-N", Config{GoBackN: true}, Config{}, false},
+		{"both", Config{ECN: true}, Config{ECN: true}, true},
+		{"neither (the default)", Config{}, Config{}, false},
+		{"peer without", Config{ECN: true}, Config{}, false},
+		{"local without", Config{}, Config{ECN: true}, false},
+		{"peer without congestion control", Config{ECN: true}, Config{ECN: true, NoCongestionControl: true}, false},
+		{"go-back-N", Config{ECN: true, GoBackN: true}, Config{ECN: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ea, err := NewEndpoint(a.dev, tc.cfgA)
@@ -33,7 +34,7 @@ func TestECNNegotiated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := ea.Params().ECN, !tc.cfgA.NoECN && !tc.cfgA.NoCongestionControl && !tc.cfgA.GoBackN; got != want {
+			if got, want := ea.Params().ECN, tc.cfgA.ECN && !tc.cfgA.NoCongestionControl && !tc.cfgA.GoBackN; got != want {
 				t.Errorf("endpoint offers ECN %v, want %v", got, want)
 			}
 			addrA := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}

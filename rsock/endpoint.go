@@ -133,7 +133,7 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	}
 	e.params.CongestionControl = cc && e.params.SelectiveRepeat && !cfg.NoCongestionControl
 	_, ecn := e.qp.(verbs.ECNReactor)
-	e.params.ECN = ecn && e.params.CongestionControl && !cfg.NoECN
+	e.params.ECN = ecn && e.params.CongestionControl && cfg.ECN
 	e.params.WideSACK = ws && e.params.SelectiveRepeat
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()

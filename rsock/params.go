@@ -56,9 +56,14 @@ type Config struct {
 	// even where both sides support them (for comparison: the window then
 	// answers only the rate of loss).
 	NoCongestionControl bool
-	// NoECN turns ECN off even where both sides support it: packets then
-	// go out Not-ECT, and only delay and loss say there is congestion.
-	NoECN bool
+	// ECN offers ECN on top of congestion control: where both sides
+	// offer it, requests go out ECT(0) and the controller answers CE
+	// marks as DCTCP does (RFC 8257). Off by default: DCTCP's answer
+	// belongs in a network whose queues mark early (a datacenter's
+	// switches), not in one that also carries flows without ECN, which
+	// a marking queue does not slow while it cuts this one each round
+	// trip.
+	ECN bool
 }
 
 func (c *Config) setDefaults() error {

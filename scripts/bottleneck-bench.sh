@@ -35,8 +35,8 @@
 # ECN=1 puts a CE marker (cmd/ecnmark: a tc BPF program on the queue's
 # device, at its egress before the tbf) in front of the bottleneck: a
 # virtual queue at the tbf's rate, with its 64 KiB bucket, that marks
-# ECN-capable packets CE while it is longer than ECN_K (default 1ms). rsock
-# peers negotiate ECN by default (RSOCK_ECN=off turns it off), so their
+# ECN-capable packets CE while it is longer than ECN_K (default 1ms), and
+# sets RSOCK_ECN=on for the rsock flows (ECN is off by default), so their
 # packets are ECN-capable and react to the marks; this bench's TCP does
 # not ask for ECN (net.ipv4.tcp_ecn stays the namespaces' default) and is
 # not marked. The table's last column is the marker's count of packets it
@@ -113,6 +113,7 @@ bench="$tmp/rsockbench"
 if [ "$ECN" = 1 ]; then
 	echo "bottleneck-bench: building ecnmark" >&2
 	go build -o "$tmp/ecnmark" ./cmd/ecnmark
+	export RSOCK_ECN=on
 fi
 
 ip netns add "$A"

@@ -38,8 +38,8 @@ const (
 // drop (almost) nothing. (The start may still overflow it: the first
 // windows of a slow start toward a 100 µs round trip fill the 20 ms queue
 // within 15 ms, before the first marks come back; measured: 0 to 330
-// drops, all in the first 250 ms.) With ECN turned off at B
-// (RSOCK_ECN=off: not negotiated), no packet may cross the router
+// drops, all in the first 250 ms.) Both ends offer ECN (RSOCK_ECN=on; it
+// is off by default). With ECN off at B (not negotiated), no packet may cross the router
 // ECN-capable, so nothing is marked or echoed. Both ways the bytes must
 // arrive intact, on RDMA.
 func TestECNBottleneck(t *testing.T) {
@@ -56,11 +56,12 @@ func TestECNBottleneck(t *testing.T) {
 				"rate", ecnRate, "burst", "64kb", "latency", ecnQueue); err != nil {
 				t.Fatalf("tbf: %v %s", err, out)
 			}
-			var env []string
+			on := []string{netconn.EnvECN + "=on"}
+			envB := on
 			if !c.ecn {
-				env = []string{netconn.EnvECN + "=off"}
+				envB = []string{netconn.EnvECN + "=off"}
 			}
-			lp, dp := startExchangeEnv(t, lab, bin, env, netlab.ExchangeOptions{Bytes: ecnBytes, Seed: uint64(200 + i), Port: 18750,
+			lp, dp := startExchangeEnv(t, lab, bin, on, envB, netlab.ExchangeOptions{Bytes: ecnBytes, Seed: uint64(200 + i), Port: 18750,
 				ProgressEvery: ecnBytes / 4})
 			// B's first progress event: a quarter of A's stream is through
 			// the bottleneck, and the start is over.
@@ -159,13 +160,13 @@ func tbfCounts(t *testing.T, lab *netlab.Lab) (drops, sent uint64) {
 	return 0, 0
 }
 
-// startExchangeEnv is netlab's StartExchange with env set for the
-// listener (in B) only.
-func startExchangeEnv(t *testing.T, lab *netlab.Lab, bin string, env []string, o netlab.ExchangeOptions) (listener, dialer *netlab.Proc) {
+// startExchangeEnv is netlab's StartExchange with envA set for the dialer
+// (in A) and envB for the listener (in B).
+func startExchangeEnv(t *testing.T, lab *netlab.Lab, bin string, envA, envB []string, o netlab.ExchangeOptions) (listener, dialer *netlab.Proc) {
 	t.Helper()
 	addr := net.JoinHostPort(lab.B.Addr(o.IPv6).String(), strconv.Itoa(o.Port))
 	common := []string{"-bytes", fmt.Sprint(o.Bytes), "-seed", fmt.Sprint(o.Seed), "-progress", fmt.Sprint(o.ProgressEvery)}
-	args := append(append([]string{}, env...), append([]string{bin, "exchange", "-listen", addr}, common...)...)
+	args := append(append([]string{}, envB...), append([]string{bin, "exchange", "-listen", addr}, common...)...)
 	listener, err := lab.Start(lab.B, "env", args...)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func startExchangeEnv(t *testing.T, lab *netlab.Lab, bin string, env []string, o
 		listener.Kill()
 		t.Fatal(err)
 	}
-	dialer, err = lab.Start(lab.A, bin, append([]string{"exchange", "-dial", addr}, common...)...)
+	dialer, err = lab.Start(lab.A, "env", append(append([]string{}, envA...), append([]string{bin, "exchange", "-dial", addr}, common...)...)...)
 	if err != nil {
 		listener.Kill()
 		t.Fatal(err)
