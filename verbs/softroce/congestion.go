@@ -109,6 +109,10 @@ const (
 	competeRounds = 12
 	// drainRounds is how many drained round trips in a row end competing.
 	drainRounds = 4
+	// hystartSamples is how many round trips a round must have sampled,
+	// all behind a queue over the target, for slow start to end within
+	// it (RFC 9406's N_RTT_SAMPLE).
+	hystartSamples = 8
 	// minRTTWindow is how long a minimum round trip stays valid: the
 	// minimum is taken over the current and the previous window, so that
 	// it follows a path whose base delay grew.
@@ -136,6 +140,7 @@ type delayGated struct {
 
 	roundEnd   uint32 // the round ends once this PSN is acknowledged
 	roundMin   int64  // the least round trip sampled in the round; 0 none
+	samples    int    // round trips sampled in the round
 	lastMin    int64  // the same of the previous round
 	hold       int    // rounds left whose losses answer for the last reduction
 	roundAcked int
@@ -197,6 +202,16 @@ func (c *delayGated) OnRTTSample(now, rtt int64) {
 	}
 	if c.roundMin == 0 || rtt < c.roundMin {
 		c.roundMin = rtt
+	}
+	c.samples++
+	if c.cwnd < c.ssthresh && c.minRTT > 0 && c.samples >= hystartSamples && c.roundMin-c.minRTT > c.target() {
+		// Slow start ends within the round in which every sample so far
+		// stood behind a queue over the target (HyStart++, RFC 9406):
+		// waiting for the round's end, and for the second round that
+		// the least of two needs, let slow start double twice more
+		// through a queue already growing (at 100 Mbit/s with a 20 ms
+		// queue, rsock alone overflowed it by up to 3,000 packets).
+		c.ssthresh = c.cwnd
 	}
 	if c.epochMin == 0 || rtt < c.epochMin {
 		c.epochMin = rtt
@@ -365,7 +380,7 @@ func (c *delayGated) endRound(high uint32) {
 		c.reduce(w)
 	}
 	c.roundEnd = psnAdd(high, wire.PSNMask)
-	c.roundAcked, c.roundLost, c.lastMin, c.roundMin = 0, 0, c.roundMin, 0
+	c.roundAcked, c.roundLost, c.lastMin, c.roundMin, c.samples = 0, 0, c.roundMin, 0, 0
 }
 
 // minSample is the least of two round-trip samples, 0 meaning none.
@@ -392,7 +407,7 @@ func (c *delayGated) OnTimeout(high uint32) {
 	c.acked = 0
 	c.events++
 	c.roundEnd = psnAdd(high, wire.PSNMask)
-	c.roundAcked, c.roundLost, c.roundMin, c.lastMin = 0, 0, 0, 0
+	c.roundAcked, c.roundLost, c.roundMin, c.lastMin, c.samples = 0, 0, 0, 0, 0
 	c.hold = 1
 	c.setPacing()
 }

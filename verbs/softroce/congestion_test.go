@@ -379,3 +379,36 @@ func TestCongestionHeavyLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestCongestionSlowStartEndsInRound: slow start ends within the round in
+// which hystartSamples samples all stood behind a queue over the target,
+// without waiting for the round's end; a single late sample among fast
+// ones does not end it.
+func TestCongestionSlowStartEndsInRound(t *testing.T) {
+	s := newCCSim(4096)
+	s.rounds(2, baseRTT, 0) // minRTT known; cwnd 128, still in slow start
+	w := s.c.Cwnd()
+	if w >= s.c.ssthresh {
+		t.Fatalf("out of slow start at %d before any queue", w)
+	}
+	s.c.OnRTTSample(s.now, int64(baseRTT+5*time.Millisecond))
+	for range hystartSamples - 2 {
+		s.c.OnRTTSample(s.now, int64(baseRTT))
+	}
+	s.c.OnRTTSample(s.now, int64(baseRTT+5*time.Millisecond))
+	if s.c.ssthresh != 4096 {
+		t.Fatalf("a late sample among fast ones ended slow start (ssthresh %d)", s.c.ssthresh)
+	}
+	s.round(baseRTT, 0) // the round ends; the next begins
+	w = s.c.Cwnd()
+	for range hystartSamples {
+		s.c.OnRTTSample(s.now, int64(baseRTT+2*time.Millisecond))
+	}
+	if s.c.ssthresh != w {
+		t.Fatalf("%d samples 2 ms behind a queue: ssthresh %d, want slow start ended at %d", hystartSamples, s.c.ssthresh, w)
+	}
+	s.c.OnPacketsAcked(w/2, s.high-1, s.high-uint32(w/2))
+	if got := s.c.Cwnd(); got > w+w/2/8+1 {
+		t.Errorf("after slow start ended mid-round: cwnd %d from %d, want congestion avoidance's growth, not doubling", got, w)
+	}
+}
