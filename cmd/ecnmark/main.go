@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command ecnmark puts a CE-marking virtual queue (internal/ecnmark) at a
 // device's egress and holds it there until it is sent SIGINT or SIGTERM;
 // then it prints its counters as one JSON line and takes it off. It is the

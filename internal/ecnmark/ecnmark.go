@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ecnmark is a CE-marking bottleneck for tests and benchmarks: a
 // tc BPF program, attached with tcx at a device's egress, that runs a
 // virtual queue in front of the device's real queue (a tbf, say) and sets
