@@ -83,7 +83,14 @@ func TestLoopback(t *testing.T) {
 					iters = 5
 				}
 				t.Run(fmt.Sprintf("%v/mtu%v/size%d", test, mtu, size), func(t *testing.T) {
-					cfg := Config{Test: test, Size: size, Iters: iters, MTU: mtu, TxDepth: 8, CQMod: 3, Linger: -1}
+					// QPTimeout 17 (537 ms) instead of perftest's 67 ms: seven
+					// timeouts in a row without progress fail a queue pair,
+					// and under CI's load (every package's tests at once,
+					// with -race, on two cores) a 1 MiB READ warm-up went
+					// 0.5 s without one (twice, in different sessions).
+					// This test is about perftest's exchange and results,
+					// not about timers.
+					cfg := Config{Test: test, Size: size, Iters: iters, MTU: mtu, TxDepth: 8, CQMod: 3, Linger: -1, QPTimeout: 17}
 					if test == WriteLat {
 						// The server sees the client's last message in
 						// memory, possibly before its ACK is out: it must
