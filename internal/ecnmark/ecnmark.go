@@ -35,8 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +42,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
+
+	"github.com/rsock-go/rsock/internal/netns"
 )
 
 // Config describes a marker.
@@ -274,7 +273,8 @@ func (m *Marker) Attach(netns, dev string) (*Attachment, error) {
 }
 
 // inNetns runs f on an OS thread moved into network namespace name (the
-// current one when name is ""), and moves the thread back afterwards.
+// current one when name is ""), and moves the thread back afterwards
+// (internal/netns).
 func inNetns(name string, f func() error) error {
 	if name == "" {
 		return f()
@@ -282,30 +282,10 @@ func inNetns(name string, f func() error) error {
 	if strings.ContainsRune(name, '/') {
 		return fmt.Errorf("netns name %q has a slash", name)
 	}
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
+	var ferr error
+	if err := netns.Do(name, func() { ferr = f() }); err != nil {
+		return errors.Join(ferr, err)
 	}
-	defer orig.Close()
-	target, err := os.Open("/var/run/netns/" + name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns: %w", err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread stays locked and ends with its goroutine: it must
-		// not run other goroutines in the wrong namespace.
-		return errors.Join(ferr, fmt.Errorf("setns back: %w", err))
-	}
-	runtime.UnlockOSThread()
 	return ferr
 }
 
