@@ -45,7 +45,7 @@ const minReorderWindow = int64(50 * time.Microsecond)
 // stand for lies in [epsn, epsn+window). The zero value holds nothing
 // and records nothing until init.
 type recvBitmap struct {
-	bits []uint64
+	bits bitset
 	n    int // bits set
 }
 
@@ -64,8 +64,7 @@ func (b *recvBitmap) has(psn uint32) bool {
 	if len(b.bits) == 0 {
 		return false
 	}
-	i := b.index(psn)
-	return b.bits[i/64]&(1<<(i%64)) != 0
+	return b.bits.has(b.index(psn))
 }
 
 // set records psn; it reports false if psn was recorded already.
@@ -73,8 +72,7 @@ func (b *recvBitmap) set(psn uint32) bool {
 	if len(b.bits) == 0 || b.has(psn) {
 		return false
 	}
-	i := b.index(psn)
-	b.bits[i/64] |= 1 << (i % 64)
+	b.bits.set(b.index(psn))
 	b.n++
 	return true
 }
@@ -84,8 +82,7 @@ func (b *recvBitmap) take(psn uint32) bool {
 	if !b.has(psn) {
 		return false
 	}
-	i := b.index(psn)
-	b.bits[i/64] &^= 1 << (i % 64)
+	b.bits.unset(b.index(psn))
 	b.n--
 	return true
 }
@@ -168,7 +165,7 @@ type scoreboard struct {
 	seq    []uint32 // by PSN modulo len: transmission count when last sent
 	sentAt []int64  // by PSN modulo len: when last sent (ns)
 	at     []int64  // by PSN modulo len: when last resent (ns); 0 if sent once
-	bits   []uint64 // by PSN modulo len: arrived past the cumulative ACK
+	bits   bitset   // by PSN modulo len: arrived past the cumulative ACK
 	txSeq  uint32   // transmissions so far (modular)
 	rack   uint32   // the latest transmission known to have arrived
 	rackAt int64    // when the latest transmission known to have arrived was sent (ns); 0 for none
@@ -186,13 +183,13 @@ type scoreboard struct {
 	// lost cost a third of the goodput at a 400 Mbit/s bottleneck.
 	dupThresh uint32
 	reoMult   int64
-	reoAt     int64    // when the last spurious resend was found (ns)
-	spurious  uint64   // resends found spurious
-	spur      []uint64 // by PSN modulo len: the latest resend was found spurious
-	sacked    int      // PSNs past the cumulative ACK that arrived
-	high      uint32   // one past the highest PSN selectively acknowledged
-	any       bool     // high is set
-	recent    int64    // transmissions after this time are too recent for the report at hand
+	reoAt     int64  // when the last spurious resend was found (ns)
+	spurious  uint64 // resends found spurious
+	spur      bitset // by PSN modulo len: the latest resend was found spurious
+	sacked    int    // PSNs past the cumulative ACK that arrived
+	high      uint32 // one past the highest PSN selectively acknowledged
+	any       bool   // high is set
+	recent    int64  // transmissions after this time are too recent for the report at hand
 }
 
 // newScoreboard covers size PSNs, a power of two no larger than the
@@ -208,23 +205,27 @@ func (s *scoreboard) size() int { return len(s.seq) }
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
 
-func (s *scoreboard) isSacked(psn uint32) bool {
-	i := s.index(psn)
-	return s.bits[i/64]&(1<<(i%64)) != 0
-}
+func (s *scoreboard) isSacked(psn uint32) bool { return s.bits.has(s.index(psn)) }
 
 func (s *scoreboard) setSacked(psn uint32, on bool) {
 	i := s.index(psn)
-	was := s.bits[i/64]&(1<<(i%64)) != 0
+	was := s.bits.has(i)
 	switch {
 	case on && !was:
-		s.bits[i/64] |= 1 << (i % 64)
+		s.bits.set(i)
 		s.sacked++
 	case !on && was:
-		s.bits[i/64] &^= 1 << (i % 64)
+		s.bits.unset(i)
 		s.sacked--
 	}
 }
+
+// bitset is a set of indexes, a bit each.
+type bitset []uint64
+
+func (b bitset) has(i uint32) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) set(i uint32)      { b[i/64] |= 1 << (i % 64) }
+func (b bitset) unset(i uint32)    { b[i/64] &^= 1 << (i % 64) }
 
 // later reports whether transmission a came after transmission b.
 func later(a, b uint32) bool { return int32(a-b) > 0 }
@@ -250,8 +251,8 @@ func (s *scoreboard) credible(psn uint32) bool {
 	if at == 0 || at <= s.recent {
 		return true
 	}
-	if s.minRTT > 0 && s.now-at < s.minRTT && s.spur[i/64]&(1<<(i%64)) == 0 {
-		s.spur[i/64] |= 1 << (i % 64)
+	if s.minRTT > 0 && s.now-at < s.minRTT && !s.spur.has(i) {
+		s.spur.set(i)
 		s.reordered()
 	}
 	return false
@@ -312,7 +313,7 @@ func (s *scoreboard) sent(psn uint32, now int64, again bool) {
 	s.txSeq++
 	i := s.index(psn)
 	s.seq[i], s.sentAt[i], s.at[i] = s.txSeq, max(now, 1), 0
-	s.spur[i/64] &^= 1 << (i % 64)
+	s.spur.unset(i)
 	if again {
 		s.at[i] = max(now, 1)
 	}
