@@ -104,6 +104,12 @@ const (
 	// instead of 512; both sides must send it (and CapSelectiveRepeat)
 	// for the connection to use it. It carries no extension bytes.
 	CapWideSACK uint32 = 1 << 6
+	// CapDuplicateEcho means the sender's queue pair, with congestion
+	// control, echoes the count of duplicate requests it receives and
+	// learns from the peer's echoes which of its resends were spurious
+	// (rsock's DSACK); both sides must send it (and CapCongestionControl)
+	// for the connection to use it. It carries no extension bytes.
+	CapDuplicateEcho uint32 = 1 << 7
 )
 
 // Limits of the wire format.

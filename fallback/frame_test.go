@@ -709,12 +709,12 @@ func TestPreface(t *testing.T) {
 	}
 }
 
-// TestWideSACKCarriesNoExtension: CapWideSACK (bit 6) is a bare
-// capability: a Hello that sets it is as long as one that does not, so
-// an older decoder, which skips unknown bits, reads it unchanged; each
-// capability bit is distinct.
+// TestWideSACKCarriesNoExtension: CapWideSACK (bit 6) and
+// CapDuplicateEcho (bit 7) are bare capabilities: a Hello that sets one
+// is as long as one that does not, so an older decoder, which skips
+// unknown bits, reads it unchanged; each capability bit is distinct.
 func TestWideSACKCarriesNoExtension(t *testing.T) {
-	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapWideSACK}
+	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapECN, CapWideSACK, CapDuplicateEcho}
 	seen := uint32(0)
 	for _, c := range caps {
 		if c&seen != 0 || c&(c-1) != 0 {
@@ -722,24 +722,26 @@ func TestWideSACKCarriesNoExtension(t *testing.T) {
 		}
 		seen |= c
 	}
-	if CapWideSACK != 1<<6 {
-		t.Fatalf("CapWideSACK = %#x, want 1<<6 (bit 5 is another extension's)", CapWideSACK)
+	if CapWideSACK != 1<<6 || CapDuplicateEcho != 1<<7 {
+		t.Fatalf("CapWideSACK = %#x, CapDuplicateEcho = %#x, want 1<<6 and 1<<7 (bit 5 is another extension's)", CapWideSACK, CapDuplicateEcho)
 	}
-	for _, sr := range []uint32{0, CapSelectiveRepeat} {
-		narrow := testHello()
-		narrow.Capabilities |= sr
-		wide := testHello()
-		wide.Capabilities |= sr | CapWideSACK
-		nb, wb := AppendHello(nil, narrow), AppendHello(nil, wide)
-		if len(nb) != len(wb) {
-			t.Fatalf("a Hello with CapWideSACK is %d bytes, without %d", len(wb), len(nb))
-		}
-		got, err := ReadHello(bytes.NewReader(wb))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Capabilities != wide.Capabilities {
-			t.Fatalf("capabilities %#x read back as %#x", wide.Capabilities, got.Capabilities)
+	for _, c := range []uint32{CapWideSACK, CapDuplicateEcho, CapWideSACK | CapDuplicateEcho} {
+		for _, sr := range []uint32{0, CapSelectiveRepeat} {
+			narrow := testHello()
+			narrow.Capabilities |= sr
+			wide := testHello()
+			wide.Capabilities |= sr | c
+			nb, wb := AppendHello(nil, narrow), AppendHello(nil, wide)
+			if len(nb) != len(wb) {
+				t.Fatalf("a Hello with capabilities %#x is %d bytes, without %d", c, len(wb), len(nb))
+			}
+			got, err := ReadHello(bytes.NewReader(wb))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Capabilities != wide.Capabilities {
+				t.Fatalf("capabilities %#x read back as %#x", wide.Capabilities, got.Capabilities)
+			}
 		}
 	}
 }

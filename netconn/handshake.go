@@ -20,6 +20,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.WideSACK {
 		caps |= fallback.CapWideSACK
 	}
+	if p.DuplicateEcho {
+		caps |= fallback.CapDuplicateEcho
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -54,5 +57,6 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 	p.CongestionControl = h.Capabilities&fallback.CapCongestionControl != 0
 	p.ECN = h.Capabilities&fallback.CapECN != 0
 	p.WideSACK = h.Capabilities&fallback.CapWideSACK != 0
+	p.DuplicateEcho = h.Capabilities&fallback.CapDuplicateEcho != 0
 	return p
 }

@@ -36,6 +36,29 @@ func TestParamsOfCapabilities(t *testing.T) {
 	}
 }
 
+// TestDuplicateEchoCapability: the Hello announces duplicate echoes, bit
+// 7, exactly when the endpoint offers them, apart from every other bit,
+// and the peer's bit is read on its own.
+func TestDuplicateEchoCapability(t *testing.T) {
+	if fallback.CapDuplicateEcho != 1<<7 {
+		t.Fatalf("CapDuplicateEcho = %#x, want bit 7", fallback.CapDuplicateEcho)
+	}
+	d := &sharedDevice{dev: helloTestDevice{}}
+	for _, on := range []bool{false, true} {
+		p := rsock.Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true, DuplicateEcho: on}
+		h := helloFor(d, p)
+		if got := h.Capabilities&fallback.CapDuplicateEcho != 0; got != on {
+			t.Errorf("DuplicateEcho %v: Hello capabilities %#x", on, h.Capabilities)
+		}
+		if got := paramsOf(h); got.DuplicateEcho != on || !got.WideSACK || !got.CongestionControl {
+			t.Errorf("DuplicateEcho %v read back as %+v", on, got)
+		}
+	}
+	if p := paramsOf(&fallback.Hello{Capabilities: fallback.CapStream | fallback.CapDuplicateEcho}); !p.DuplicateEcho || p.CongestionControl || p.WideSACK || p.ECN {
+		t.Errorf("bit 7 alone read as %+v", p)
+	}
+}
+
 // TestHelloCapabilities: the Hello announces wide SACK, bit 6, and ECN,
 // bit 5, exactly when the endpoint offers them, and they survive the
 // wire.

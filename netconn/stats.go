@@ -58,9 +58,14 @@ type ConnStats struct {
 	// Reordering is how many later packets may arrive before one that
 	// has not counts as lost (selective repeat: 3, more once resends
 	// prove the path reorders); SpuriousResends the resends whose first
-	// copy turned out to have arrived.
+	// copy turned out to have arrived. Where both peers negotiated
+	// duplicate echoes (rsock's DSACK), DupEchoesRecv counts the peer's
+	// echoes and CongestionUndos the window reductions undone because
+	// every resend behind them proved spurious.
 	Reordering      int    `json:"reordering,omitempty"`
 	SpuriousResends uint64 `json:"spurious_resends,omitempty"`
+	DupEchoesRecv   uint64 `json:"dup_echoes_recv,omitempty"`
+	CongestionUndos uint64 `json:"congestion_undos,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
 	// timeouts.
 	Retransmits uint64 `json:"retransmits,omitempty"`
@@ -114,6 +119,7 @@ func (c *Conn) Stats() ConnStats {
 	st.ECNCERecv, st.ECNEchoesSent = q.Counters.ECNCERecv, q.Counters.ECNEchoesSent
 	st.ECNEchoesRecv, st.ECNMarksEchoed = q.Counters.ECNEchoesRecv, q.Counters.ECNMarksEchoed
 	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends
+	st.DupEchoesRecv, st.CongestionUndos = q.Counters.DupEchoesRecv, q.Counters.CongestionUndos
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv

@@ -135,6 +135,8 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	_, ecn := e.qp.(verbs.ECNReactor)
 	e.params.ECN = ecn && e.params.CongestionControl && cfg.ECN
 	e.params.WideSACK = ws && e.params.SelectiveRepeat
+	_, de := e.qp.(verbs.DuplicateEchoer)
+	e.params.DuplicateEcho = de && e.params.CongestionControl
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()
 	}

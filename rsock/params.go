@@ -127,6 +127,11 @@ type Params struct {
 	// PSNs past a gap (verbs.WideSACKer); the stream uses it when both
 	// sides can and selective repeat is on.
 	WideSACK bool
+	// DuplicateEcho says the endpoint's QP can echo duplicate requests
+	// and undo reductions that spurious resends caused
+	// (verbs.DuplicateEchoer); the stream uses it when both sides can and
+	// congestion control is on.
+	DuplicateEcho bool
 }
 
 // Validate checks a peer's parameters before they are used.

@@ -11,6 +11,7 @@ type recovery struct {
 	congestion bool // the congestion controller and pacing, on top of selective repeat
 	wideSACK   bool // selective NAKs of up to 4096 PSNs, on top of selective repeat
 	ecn        bool // ECN-capable requests, CE echoes and the reaction, on top of congestion control
+	dupEcho    bool // duplicate echoes and undoing spurious reductions, on top of congestion control
 }
 
 // recoveryFor is the loss recovery of a stream between an endpoint with
@@ -24,6 +25,7 @@ func recoveryFor(local, peer Params) recovery {
 		congestion: cc,
 		wideSACK:   sr && local.WideSACK && peer.WideSACK,
 		ecn:        cc && local.ECN && peer.ECN,
+		dupEcho:    cc && local.DuplicateEcho && peer.DuplicateEcho,
 	}
 }
 
@@ -56,6 +58,11 @@ func (e *Endpoint) setRecovery(r recovery, ringSize, mtu, depth int) error {
 	}
 	if r.ecn {
 		if err := e.qp.(verbs.ECNReactor).SetECN(true); err != nil {
+			return err
+		}
+	}
+	if r.dupEcho {
+		if err := e.qp.(verbs.DuplicateEchoer).SetDuplicateEcho(true); err != nil {
 			return err
 		}
 	}

@@ -10,11 +10,14 @@ import (
 
 // TestRecoveryFor: each loss-recovery feature is used only when both
 // sides offer it, the extensions of selective repeat (congestion
-// control, wide SACK) only with it, and ECN only with congestion control.
+// control, wide SACK) only with it, and ECN and duplicate echoes only
+// with congestion control.
 func TestRecoveryFor(t *testing.T) {
 	all := Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true}
 	withECN := all
 	withECN.ECN = true
+	withDup := all
+	withDup.DuplicateEcho = true
 	for _, tc := range []struct {
 		name        string
 		local, peer Params
@@ -37,6 +40,10 @@ func TestRecoveryFor(t *testing.T) {
 		{"ECN without congestion control at the peer", withECN, Params{SelectiveRepeat: true, ECN: true},
 			recovery{selective: true}},
 		{"ECN with a go-back-N peer", withECN, Params{CongestionControl: true, ECN: true}, recovery{}},
+		{"both echo duplicates", withDup, withDup, recovery{selective: true, congestion: true, wideSACK: true, dupEcho: true}},
+		{"old peer: no duplicate echoes", withDup, all, recovery{selective: true, congestion: true, wideSACK: true}},
+		{"duplicate echoes without congestion control at the peer", withDup,
+			Params{SelectiveRepeat: true, DuplicateEcho: true}, recovery{selective: true}},
 	} {
 		if got := recoveryFor(tc.local, tc.peer); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

@@ -135,6 +135,14 @@ type Counters struct {
 	ECNEchoesSent  uint64
 	ECNEchoesRecv  uint64
 	ECNMarksEchoed uint64
+	// DupEchoesSent and DupEchoesRecv count the duplicate echoes that
+	// report duplicate requests to the requester (rsock peers with
+	// congestion control), rsock's DSACK; CongestionUndos counts the
+	// window reductions the congestion controller undid because every
+	// resend behind them proved spurious.
+	DupEchoesSent   uint64
+	DupEchoesRecv   uint64
+	CongestionUndos uint64
 }
 
 // Add adds o's counts to c.
@@ -167,6 +175,9 @@ func (c *Counters) Add(o Counters) {
 	c.ECNEchoesSent += o.ECNEchoesSent
 	c.ECNEchoesRecv += o.ECNEchoesRecv
 	c.ECNMarksEchoed += o.ECNMarksEchoed
+	c.DupEchoesSent += o.DupEchoesSent
+	c.DupEchoesRecv += o.DupEchoesRecv
+	c.CongestionUndos += o.CongestionUndos
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses
@@ -194,6 +205,16 @@ type CongestionController interface {
 // peers negotiate it.
 type ECNReactor interface {
 	SetECN(on bool) error
+}
+
+// DuplicateEchoer is implemented by QPs that can echo, on top of
+// congestion control, the count of duplicate requests they receive, and
+// learn from the peer's echoes which of their resends were spurious
+// (rsock's DSACK): the path reordered, and a window reduced for the
+// resends is restored. Both ends must enable it, before the QP reaches
+// RTS; peers negotiate it.
+type DuplicateEchoer interface {
+	SetDuplicateEcho(on bool) error
 }
 
 // WideSACKer is implemented by QPs whose selective repeat can track and

@@ -77,6 +77,9 @@ var deviceCounters = []struct {
 	{"rsock_device_ecn_echoes_sent_total", "ECN echoes sent to requesters.", func(c *verbs.Counters) uint64 { return c.ECNEchoesSent }},
 	{"rsock_device_ecn_echoes_received_total", "ECN echoes received from responders.", func(c *verbs.Counters) uint64 { return c.ECNEchoesRecv }},
 	{"rsock_device_ecn_marks_echoed_total", "CE marks that echoes reported on sent packets.", func(c *verbs.Counters) uint64 { return c.ECNMarksEchoed }},
+	{"rsock_device_dup_echoes_sent_total", "Duplicate echoes sent to requesters.", func(c *verbs.Counters) uint64 { return c.DupEchoesSent }},
+	{"rsock_device_dup_echoes_received_total", "Duplicate echoes received from responders.", func(c *verbs.Counters) uint64 { return c.DupEchoesRecv }},
+	{"rsock_device_congestion_undos_total", "Window reductions undone because every resend behind them proved spurious.", func(c *verbs.Counters) uint64 { return c.CongestionUndos }},
 }
 
 // Write writes st in the text format.

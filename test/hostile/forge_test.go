@@ -169,6 +169,15 @@ func (f *forger) ecnEcho(qpn, ect, ce uint32) []byte {
 	return b
 }
 
+// dupEcho returns a duplicate echo (rsock's RC_DUPLICATE_ECHO) to qpn
+// reporting count duplicates, the newest at dupPSN, at a random PSN.
+func (f *forger) dupEcho(qpn, count, dupPSN uint32) []byte {
+	b := make([]byte, wire.BTHLen+wire.DupEchoLen)
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: wire.RCDuplicateEcho, MigReq: true, PKey: wire.DefaultPKey, DestQP: qpn, PSN: f.rnd.Uint32() & wire.PSNMask})
+	wire.DupEcho(b[wire.BTHLen:]).Encode(count, dupPSN)
+	return b
+}
+
 // psnNear returns a PSN from base+lo to base+hi (modulo 2^24; lo and hi
 // may be negative).
 func (f *forger) psnNear(base uint32, lo, hi int) uint32 {

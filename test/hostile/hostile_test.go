@@ -107,6 +107,9 @@ var (
 	// echoes counts ECN echoes: heard (a queue pair with ECN) or dropped
 	// as unexpected (one without).
 	echoes = counterSum{"ECNEchoesRecv+UnexpectedResponses", func(c verbs.Counters) uint64 { return c.ECNEchoesRecv + c.UnexpectedResponses }}
+	// dupEchoes counts duplicate echoes: heard (a queue pair with
+	// duplicate echoes) or dropped as unexpected (one without).
+	dupEchoes = counterSum{"DupEchoesRecv+UnexpectedResponses", func(c verbs.Counters) uint64 { return c.DupEchoesRecv + c.UnexpectedResponses }}
 )
 
 // attack is one class of forged packets aimed at a victim.
@@ -237,6 +240,18 @@ var attacks = []attack{
 		}
 		return ps, peer.link, echoes
 	}},
+	{name: "spoofed duplicate echoes", build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
+		// Each claims up to 2^20 duplicates of a PSN near the victim's
+		// latest: believed only up to the resends the victim made, so
+		// that they can undo no reduction that resends did not make;
+		// testForged checks at the end that no more reductions were
+		// undone than resends went out. (Not exact, as ECN echoes.)
+		var ps [][]byte
+		for range n {
+			ps = append(ps, f.dupEcho(v.params.QPN, f.rnd.Uint32N(1<<20), f.psnNear(v.params.PSN, -64, 1<<16)))
+		}
+		return ps, peer.link, dupEchoes
+	}},
 	{name: "flood of one spoofed duplicate", flood: true, build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
 		p := f.request(v.params.QPN, behind(f, peer), ringOutside(f, v), v.params.RingRKey)
 		ps := make([][]byte, 5*n)
@@ -355,6 +370,9 @@ func testForged(t *testing.T, cfg rsock.Config, strictICRC bool) {
 		// Nothing marks CE in this lab: every echoed mark was forged.
 		if c := s.dev.Counters(); c.ECNMarksEchoed != 0 || c.ECNCERecv != 0 {
 			t.Errorf("%s believed %d echoed CE marks (%d CE received) where nothing marks", s.name, c.ECNMarksEchoed, c.ECNCERecv)
+		}
+		if c := s.dev.Counters(); c.CongestionUndos > c.Retransmits {
+			t.Errorf("%s undid %d reductions with %d resends", s.name, c.CongestionUndos, c.Retransmits)
 		}
 	}
 }

@@ -55,10 +55,14 @@ func (q *QP) complete(pkt *wire.Packet) {
 		q.count(cUnknownQP, 1)
 		return
 	}
-	if pkt.BTH.Opcode() == wire.RCECNEcho {
-		// An echo stands outside the PSN sequence: its PSN only says
-		// how far the responder got.
+	// Echoes stand outside the PSN sequence: their PSN only says how far
+	// the responder got.
+	switch pkt.BTH.Opcode() {
+	case wire.RCECNEcho:
 		q.onECNEcho(pkt)
+		return
+	case wire.RCDuplicateEcho:
+		q.onDupEcho(pkt)
 		return
 	}
 	psn := pkt.BTH.PSN()

@@ -52,6 +52,9 @@ import (
 //     100 Mbit/s link from a TCP flow.
 //   - A reduction is not repeated for the round trip after it, whose
 //     evidence was sent before it took effect (Reno's recovery).
+//   - A reduction for loss whose resends all proved spurious (the peer
+//     received each twice, as its duplicate echoes say) is taken back
+//     (congestion_undo.go, as TCP's DSACK undo).
 //   - Growth is up to eight packets per round trip while yielding to
 //     delay (additive, so that rsock flows converge to fair shares; no
 //     more than a quarter of the packets the target queue holds, so that
@@ -79,6 +82,10 @@ type congestionControl interface {
 	OnPacketsLost(n int)
 	// OnECNMarks counts n packets the peer reported CE-marked.
 	OnECNMarks(n int)
+	// OnSpuriousResends counts n resends that the peer reported it
+	// received twice, the newest resent at resentAt (ns); it reports
+	// whether that undid the window's last reductions.
+	OnSpuriousResends(n int, resentAt int64) bool
 	// OnTimeout collapses the window after a retransmission timeout.
 	OnTimeout(high uint32)
 	// Cwnd is the congestion window.
@@ -151,8 +158,11 @@ type delayGated struct {
 	standRate  float64 // the delivery rate when the queue last began to stand
 	drained    int     // while competing: drained rounds in a row
 
-	cubic cubic // the window function while competing
-	now   int64 // the latest time an event brought (ns)
+	cubic      cubic            // the window function while competing
+	cuts       [maxCuts]lossCut // the latest reductions for loss, by cutSeq modulo maxCuts (congestion_undo.go)
+	cutSeq     int
+	now        int64 // the latest time an event brought (ns)
+	roundStart int64 // when the round began (ns)
 
 	events uint64
 	pace   pacer
@@ -226,7 +236,10 @@ func (c *delayGated) OnRTTSample(now, rtt int64) {
 	c.setPacing()
 }
 
-func (c *delayGated) OnPacketsLost(n int) { c.roundLost += n }
+func (c *delayGated) OnPacketsLost(n int) {
+	c.roundLost += n
+	c.countCutResends(n)
+}
 
 func (c *delayGated) OnPacketsAcked(n int, acked, high uint32) {
 	c.roundAcked += n
@@ -340,6 +353,7 @@ func (c *delayGated) endRound(high uint32) {
 	if recovering {
 		c.hold--
 	}
+	before := c.saveCut()
 	switch {
 	case recovering:
 		// This round's evidence was sent before the last reduction took
@@ -348,15 +362,18 @@ func (c *delayGated) endRound(high uint32) {
 		// Loss at a queue another flow keeps full: back off as CUBIC
 		// does (to 0.7), so as to hold a fair share against it.
 		c.reduce(c.cubic.onCongestion(c.cwnd, c.now))
+		c.recordCut(before)
 	case c.roundLost > 0 && congested:
 		// Loss at a full queue: congestion.
 		c.reduce(c.cwnd / 2)
+		c.recordCut(before)
 	case c.roundLost > 0:
 		// Loss with no queue: random; shrink by half the loss share.
 		// Slow start goes on: random loss says nothing of the queue.
 		cut := c.cwnd * c.roundLost / (2 * (c.roundAcked + c.roundLost))
 		c.cwnd = max(c.cwnd-max(cut, 1), ccMinWindow)
 		c.acked = 0
+		c.recordCut(before)
 	case congested && !c.competing():
 		// A queue builds: shrink in proportion to the excess delay
 		// (Swift: by 0.8 × excess/delay, at most half).
@@ -379,7 +396,10 @@ func (c *delayGated) endRound(high uint32) {
 	if w := c.ecn.endRound(c.roundAcked, c.cwnd); w < c.cwnd && !recovering && c.hold == 0 {
 		c.reduce(w)
 	}
-	c.roundEnd = psnAdd(high, wire.PSNMask)
+	if recovering {
+		c.sealCut()
+	}
+	c.roundEnd, c.roundStart = psnAdd(high, wire.PSNMask), c.now
 	c.roundAcked, c.roundLost, c.lastMin, c.roundMin, c.samples = 0, 0, c.roundMin, 0, 0
 }
 
@@ -401,14 +421,16 @@ func (c *delayGated) reduce(w int) {
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
+	before := c.saveCut()
 	c.ssthresh = max(c.cwnd/2, ccMinWindow)
 	c.cwnd = ccMinWindow
 	c.cubic.reset()
 	c.acked = 0
 	c.events++
-	c.roundEnd = psnAdd(high, wire.PSNMask)
+	c.roundEnd, c.roundStart = psnAdd(high, wire.PSNMask), c.now
 	c.roundAcked, c.roundLost, c.roundMin, c.lastMin, c.samples = 0, 0, 0, 0, 0
 	c.hold = 1
+	c.recordCut(before)
 	c.setPacing()
 }
 

@@ -38,6 +38,9 @@ const (
 	cECNEchoesSent
 	cECNEchoesRecv
 	cECNMarksEchoed
+	cDupEchoesSent
+	cDupEchoesRecv
+	cCongestionUndos
 	numCounters
 )
 
@@ -78,5 +81,9 @@ func (c *counters) snapshot() verbs.Counters {
 		ECNEchoesSent:  c[cECNEchoesSent].Load(),
 		ECNEchoesRecv:  c[cECNEchoesRecv].Load(),
 		ECNMarksEchoed: c[cECNMarksEchoed].Load(),
+
+		DupEchoesSent:   c[cDupEchoesSent].Load(),
+		DupEchoesRecv:   c[cDupEchoesRecv].Load(),
+		CongestionUndos: c[cCongestionUndos].Load(),
 	}
 }

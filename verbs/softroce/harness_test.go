@@ -83,6 +83,7 @@ type pairOpts struct {
 	ecn         bool // ECN asked for on both QPs, but for a's with ecnOffA
 	ecnOffA     bool
 	wide        bool // wide SACK on both QPs
+	dupEcho     bool // duplicate echoes on both QPs
 	capture     *Capture
 }
 
@@ -167,6 +168,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 		must(t, me.qp.SetCongestionControl(o.congestion))
 		must(t, me.qp.SetECN(o.ecn && !(me == a && o.ecnOffA)))
 		must(t, me.qp.SetWideSACK(o.wide))
+		must(t, me.qp.SetDuplicateEcho(o.dupEcho))
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 			AH:      verbs.AH{DGID: verbs.GIDFromAddr(pa.Addr()), DPort: pa.Port()},

@@ -33,7 +33,7 @@ func (q *QP) placeAhead(pkt *wire.Packet, rx *receiver, d int32) {
 	}
 	switch {
 	case r.placed.has(psn):
-		q.count(cDuplicates, 1)
+		q.noteDuplicate(psn, rx)
 	case pkt.BTH.Opcode() == wire.RCWriteOnly:
 		switch q.placeWrite(pkt) {
 		case placed:

@@ -59,6 +59,11 @@ type QP struct {
 	ecn       bool
 	ecnCounts ecnState
 
+	// Duplicate echoes (dupecho_qp.go): negotiated (SetDuplicateEcho),
+	// and their counts.
+	dupEcho   bool
+	dupCounts dupState
+
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
 	// yet completed, [sqNext, sqTail) wait for (re)transmission.

@@ -84,11 +84,12 @@ func (rx *receiver) process(pkts []link.Packet) {
 		rx.handle(&pkts[i])
 	}
 	for i, q := range rx.owed {
-		rx.reserve(2)
+		rx.reserve(3)
 		q.mu.Lock()
-		// The echo first: its marks then count in the round trip that
-		// the ACK after it may end.
+		// The echoes first: their marks and duplicates then count in the
+		// round trip that the ACK after them may end.
 		q.sendECNEcho(rx)
+		q.sendDupEcho(rx)
 		q.sendOwedAck(rx)
 		q.mu.Unlock()
 		rx.owed[i] = nil

@@ -308,6 +308,7 @@ func (q *QP) notePSNSent(psn uint32) {
 	}
 	if again {
 		q.count(cRetransmits, 1)
+		q.noteResent()
 		if r := &q.comp.rtt; r.timing && r.psn == psn {
 			r.discard() // Karn: no sample from a packet sent twice
 		}

@@ -122,7 +122,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		// timing out against responses it no longer took.
 		x := &r.reading.res
 		if pkt.BTH.Opcode().Flags().Has(wire.FlagRead) && psnDiff(psn, x.psn) >= 0 && psnDiff(psn, x.last) <= 0 {
-			q.count(cDuplicates, 1)
+			q.noteDuplicate(psn, rx)
 			res := *x
 			q.startRead(rx, &res, uint32(psnDiff(psn, res.psn)))
 			return
@@ -143,7 +143,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		}
 		return
 	case d < 0:
-		q.count(cDuplicates, 1)
+		q.noteDuplicate(psn, rx)
 		q.duplicate(pkt, rx)
 		return
 	}

@@ -258,6 +258,24 @@ func (s *scoreboard) credible(psn uint32) bool {
 	return false
 }
 
+// spuriousResend records that the peer received psn twice (a duplicate
+// echo said so): its latest resend was spurious, and the path reorders
+// (or a report came late), unless the timing rule (credible) found so
+// already. It returns when that resend went out, or 0 if psn was not
+// resent.
+func (s *scoreboard) spuriousResend(psn uint32) int64 {
+	i := s.index(psn)
+	at := s.at[i]
+	if at == 0 {
+		return 0
+	}
+	if !s.spur.has(i) {
+		s.spur.set(i)
+		s.reordered()
+	}
+	return at
+}
+
 // reordered learns from a spurious resend: the path reorders more than
 // the thresholds allow. Once per round trip, since one reordering event
 // makes many resends spurious.

@@ -50,7 +50,8 @@ func FuzzParse(f *testing.F) {
 		}{
 			{"BTH", p.BTH, BTHLen}, {"RETH", p.RETH, RETHLen}, {"AETH", p.AETH, AETHLen},
 			{"ImmDt", p.Imm, ImmDtLen}, {"IETH", p.IETH, IETHLen}, {"AtomicETH", p.AtomicETH, AtomicETHLen},
-			{"AtomicAckETH", p.AtomicAckETH, AtomicAckETHLen}, {"ECNEcho", p.ECNEcho, ECNEchoLen}, {"Payload", p.Payload, -1},
+			{"AtomicAckETH", p.AtomicAckETH, AtomicAckETHLen}, {"ECNEcho", p.ECNEcho, ECNEchoLen},
+			{"DupEcho", p.DupEcho, DupEchoLen}, {"Payload", p.Payload, -1},
 		}
 		for _, v := range views {
 			if !within(v.v, b) {
@@ -100,6 +101,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if p.ECNEcho != nil {
 			_ = p.ECNEcho.ECT() + p.ECNEcho.CE()
+		}
+		if (p.DupEcho != nil) != (op == RCDuplicateEcho) {
+			t.Fatalf("DupEcho view %x on %v", []byte(p.DupEcho), op)
+		}
+		if p.DupEcho != nil && p.DupEcho.PSN() > PSNMask {
+			t.Fatalf("DupEcho PSN %#x past 24 bits", p.DupEcho.PSN())
 		}
 		_ = op.String()
 	})

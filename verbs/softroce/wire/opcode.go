@@ -96,6 +96,8 @@ const (
 	FlagAck
 	// FlagECNEcho means an ECNEcho header follows the BTH.
 	FlagECNEcho
+	// FlagDupEcho means a DupEcho header follows the BTH.
+	FlagDupEcho
 )
 
 // Has reports whether all bits of g are set in f.
@@ -140,6 +142,7 @@ var opTable = [256]opInfo{
 	RCSendOnlyInv:        {"RC_SEND_ONLY_WITH_INVALIDATE", sendReq | onlyPkt | FlagIETH, BTHLen + IETHLen},
 	RCSelectiveNAK:       {"RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, BTHLen + AETHLen},
 	RCECNEcho:            {"RC_ECN_ECHO", FlagResponse | FlagAck | FlagECNEcho, BTHLen + ECNEchoLen},
+	RCDuplicateEcho:      {"RC_DUPLICATE_ECHO", FlagResponse | FlagAck | FlagDupEcho, BTHLen + DupEchoLen},
 }
 
 // String returns the IBA name of the opcode without the "IB_OPCODE_"

@@ -41,6 +41,8 @@ type Packet struct {
 	AtomicAckETH AtomicAckETH
 	// ECNEcho is set for RC_ECN_ECHO.
 	ECNEcho ECNEcho
+	// DupEcho is set for RC_DUPLICATE_ECHO.
+	DupEcho DupEcho
 	// Payload is the payload without pad bytes; nil for opcodes without
 	// payload and empty (non-nil) for a zero-length payload.
 	Payload []byte
@@ -60,7 +62,7 @@ func view(b []byte, off, n int) []byte { return b[off : off+n : off+n] }
 // already removed), into header views and payload. It does not copy or
 // allocate, and it never panics. Header order after the BTH follows the
 // IBA: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (and rsock's
-// ECNEcho, alone after the BTH).
+// ECNEcho or DupEcho, alone after the BTH).
 func Parse(b []byte) (Packet, error) { return parse(b, nil, false) }
 
 // ParseSplit is Parse for a packet held in two pieces: head is exactly its
@@ -132,6 +134,9 @@ func parse(b, tail []byte, split bool) (Packet, error) {
 	}
 	if f&FlagECNEcho != 0 {
 		p.ECNEcho = view(b, off, ECNEchoLen)
+	}
+	if f&FlagDupEcho != 0 {
+		p.DupEcho = view(b, off, DupEchoLen)
 	}
 	switch {
 	case f&FlagPayload == 0:
