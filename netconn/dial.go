@@ -283,7 +283,7 @@ func (h *dialHandshake) confirm(peer *fallback.Hello) (*Conn, error) {
 	var s *rsock.Stream
 	if fe == nil {
 		var err error
-		s, err = h.ep.Connect(paramsOf(peer), rsock.ConnectOptions{Net: "tcp", LocalAddr: h.c.LocalAddr(), RemoteAddr: h.c.RemoteAddr()})
+		s, err = h.ep.Connect(paramsOf(peer), rsock.ConnectOptions{Net: "tcp", LocalAddr: h.c.LocalAddr(), RemoteAddr: h.c.RemoteAddr(), PathRTT: pathRTT(h.c)})
 		if err != nil {
 			fe = &FallbackError{Kind: FallbackSetup, Side: SideDialer, Err: err}
 		}

@@ -276,7 +276,7 @@ func (l *Listener) negotiate(c net.Conn, hello *fallback.Hello) (*Conn, error) {
 		releaseDevice(dev)
 		return setupFailed(err)
 	}
-	s, err := ep.Connect(paramsOf(hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+	s, err := ep.Connect(paramsOf(hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr(), PathRTT: pathRTT(c)})
 	if err != nil {
 		ep.Close()
 		releaseDevice(dev)
@@ -353,7 +353,7 @@ func (l *Listener) negotiateOffer(c net.Conn, plan Plan, hello *fallback.Hello, 
 	if err := failAfterConfirm(); err != nil {
 		return fail(err)
 	}
-	s, err := ep.Connect(paramsOf(confirm.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr()})
+	s, err := ep.Connect(paramsOf(confirm.Hello), rsock.ConnectOptions{Net: "tcp", LocalAddr: c.LocalAddr(), RemoteAddr: c.RemoteAddr(), PathRTT: pathRTT(c)})
 	if err != nil {
 		// The dialer thinks the stream is up: hang up. fail destroys
 		// the queue pair, which fails the dialer's over shm (verbs/shm

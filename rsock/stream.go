@@ -21,6 +21,11 @@ type ConnectOptions struct {
 	// LocalAddr and RemoteAddr are reported in errors and by the addresses
 	// of the stream.
 	LocalAddr, RemoteAddr net.Addr
+	// PathRTT is the least round trip measured on the path to the peer by
+	// other means (the handshake's TCP connection), 0 if unknown; with
+	// congestion control it bounds the least round trip the queue pair
+	// samples (verbs.PathRTTHinter).
+	PathRTT time.Duration
 }
 
 // Errors a stream reports (inside *net.OpError).
@@ -97,8 +102,14 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 	}
 	mtu := verbs.MTUFromBytes(min(peer.MTU, e.params.MTU))
 	depth := min(peer.RecvDepth, e.cfg.RecvDepth) // our send queue is sized for our depth
-	if err := e.setRecovery(recoveryFor(e.params, peer), peer.RingSize, mtu.Bytes(), depth); err != nil {
+	r := recoveryFor(e.params, peer)
+	if err := e.setRecovery(r, peer.RingSize, mtu.Bytes(), depth); err != nil {
 		return nil, err
+	}
+	if h, ok := e.qp.(verbs.PathRTTHinter); ok && r.congestion && opts.PathRTT > 0 {
+		if err := h.SetPathRTT(opts.PathRTT); err != nil {
+			return nil, err
+		}
 	}
 	err := verbs.ConnectRC(e.qp, verbs.RCPeer{
 		AH:              verbs.AH{DGID: peer.GID, DPort: peer.UDPPort, HopLimit: 64},

@@ -1,6 +1,9 @@
 package verbs
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Device is an opened RDMA device (ibv_context). All of its objects are
 // released when it is closed.
@@ -205,6 +208,16 @@ type CongestionController interface {
 // peers negotiate it.
 type ECNReactor interface {
 	SetECN(on bool) error
+}
+
+// PathRTTHinter is implemented by QPs whose congestion controller can be
+// told the least round trip measured on the same path by other means (the
+// TCP connection of the handshake): a floor under the least round trip it
+// samples itself, so that a queue another flow already holds when the QP
+// starts sending counts as a queue rather than as the path. It may be
+// called before the QP reaches RTS.
+type PathRTTHinter interface {
+	SetPathRTT(d time.Duration) error
 }
 
 // DuplicateEchoer is implemented by QPs that can echo, on top of

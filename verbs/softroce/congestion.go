@@ -144,6 +144,11 @@ type delayGated struct {
 	minRTT, epochMin, prevMin int64
 	epochStart                int64
 	srtt                      int64 // smoothed over every sample (1/8)
+	// pathRTT, when not 0, bounds minRTT from above: the least round trip
+	// measured on the path by other means (the handshake's TCP
+	// connection, before this flow sent), for a flow that starts behind
+	// another's standing queue and would take the queue for the path.
+	pathRTT int64
 
 	roundEnd   uint32 // the round ends once this PSN is acknowledged
 	roundMin   int64  // the least round trip sampled in the round; 0 none
@@ -232,6 +237,9 @@ func (c *delayGated) OnRTTSample(now, rtt int64) {
 	c.minRTT = c.epochMin
 	if c.prevMin > 0 && c.prevMin < c.minRTT {
 		c.minRTT = c.prevMin
+	}
+	if c.pathRTT > 0 {
+		c.minRTT = min(c.minRTT, c.pathRTT)
 	}
 	c.setPacing()
 }

@@ -1,6 +1,11 @@
 package softroce
 
-import "github.com/rsock-go/rsock/verbs"
+import (
+	"fmt"
+	"time"
+
+	"github.com/rsock-go/rsock/verbs"
+)
 
 // The QP's hooks into the congestion controller (congestion.go) and its
 // pacer: round-trip samples from the scoreboard, pacing in the requester,
@@ -15,12 +20,34 @@ func (q *QP) SetCongestionControl(on bool) error {
 	return q.setOption(&q.congestion, on)
 }
 
+// SetPathRTT tells the congestion controller the least round trip
+// measured on the QP's path by other means (rsock passes the handshake TCP
+// connection's): the least round trip the controller samples is taken as
+// no more than d, so that a queue another flow holds from the start counts
+// as a queue. 0 forgets it. It may be called in RESET, INIT or RTR.
+func (q *QP) SetPathRTT(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("softroce: path RTT %v: %w", d, verbs.ErrInvalidArgument)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch q.attr.State {
+	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
+	default:
+		return verbs.ErrInvalidState
+	}
+	q.pathRTT = int64(d)
+	return nil
+}
+
 // startCongestion gives a selective-repeat window of max packets its
 // controller, if congestion control is on. psn is the first PSN to be
 // sent.
 func (q *QP) startCongestion(max int, psn uint32) {
 	if q.congestion && q.comp.sb != nil {
-		q.comp.win.cc = newDelayGated(max, psn)
+		cc := newDelayGated(max, psn)
+		cc.pathRTT = q.pathRTT
+		q.comp.win.cc = cc
 	}
 	q.ccEvents = 0
 	q.paceAt = 0

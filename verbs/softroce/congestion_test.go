@@ -412,3 +412,21 @@ func TestCongestionSlowStartEndsInRound(t *testing.T) {
 		t.Errorf("after slow start ended mid-round: cwnd %d from %d, want congestion avoidance's growth, not doubling", got, w)
 	}
 }
+
+// TestCongestionPathRTT: a flow whose every sample stands behind another
+// flow's 5 ms queue takes the queue for the path and never competes,
+// unless the path's round trip measured by other means (SetPathRTT: the
+// handshake's TCP connection) bounds its minimum: then the queue counts
+// as one, and after competeRounds it competes.
+func TestCongestionPathRTT(t *testing.T) {
+	for _, hint := range []time.Duration{0, baseRTT} {
+		s := newCCSim(512)
+		s.c.pathRTT = int64(hint)
+		s.full(100)
+		s.rounds(competeRounds+3, 5*time.Millisecond, 0)
+		if got, want := s.c.competing(), hint != 0; got != want {
+			t.Errorf("path RTT %v: competing %v after %d rounds at 5 ms (qdelay %v), want %v",
+				hint, got, competeRounds+3, time.Duration(s.c.qdelay), want)
+		}
+	}
+}

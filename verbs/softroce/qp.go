@@ -54,6 +54,7 @@ type QP struct {
 	congestion bool
 	paceAt     int64
 	ccEvents   uint64
+	pathRTT    int64 // the round trip measured by other means (SetPathRTT), ns; 0 none
 
 	// ECN (ecn_qp.go): negotiated (SetECN), and its counts.
 	ecn       bool
