@@ -29,15 +29,7 @@ func (q *QP) SetPathRTT(d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("softroce: path RTT %v: %w", d, verbs.ErrInvalidArgument)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch q.attr.State {
-	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
-	default:
-		return verbs.ErrInvalidState
-	}
-	q.pathRTT = int64(d)
-	return nil
+	return setBeforeRTS(q, &q.pathRTT, int64(d))
 }
 
 // startCongestion gives a selective-repeat window of max packets its

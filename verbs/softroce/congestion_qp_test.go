@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
@@ -61,23 +60,7 @@ func TestCongestionControlQP(t *testing.T) {
 // microseconds and loses nothing, resends that prove spurious teach the
 // QP to wait longer, and the data arrives intact.
 func TestReorderingQP(t *testing.T) {
-	o := pairOpts{mtu: verbs.MTU1024, bufSize: 2 << 20, timeout: 11, sendWR: 64, recvWR: 64,
-		selective: true, congestion: true}
-	a, b := newPair(t, pipeLinks, pipe.Faults{Delay: 100 * time.Microsecond, Jitter: 400 * time.Microsecond, Seed: 5}, o)
-	r := rand.New(rand.NewPCG(3, 4))
-	const size = 1 << 20
-	for id := uint64(1); id <= 4; id++ {
-		verbstest.FillRandom(r, a.buf[:size])
-		b.postRecv(id, 0, 0)
-		a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWriteWithImm, SGL: []verbs.SGE{a.sge(0, size)},
-			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-		expectWC(t, b.rcq, id, verbs.WCRecvRDMAWithImm, verbs.WCSuccess)
-		expectWC(t, a.scq, id, verbs.WCRDMAWrite, verbs.WCSuccess)
-		if !bytes.Equal(a.buf[:size], b.buf[:size]) {
-			t.Fatalf("WRITE %d: data differs", id)
-		}
-	}
-	st := a.qp.Stats()
+	st, _ := reorderRun(t, pairOpts{})
 	t.Logf("reordering %d, %d spurious resends, %d resent", st.Reordering, st.SpuriousResends, st.Counters.Retransmits)
 	if st.SpuriousResends == 0 || st.Reordering <= reorderPackets {
 		t.Errorf("reordering %d after %d spurious resends; want the threshold raised past %d", st.Reordering, st.SpuriousResends, reorderPackets)

@@ -83,19 +83,7 @@ func TestDuplicateEchoQP(t *testing.T) {
 // and duplicate echoes as on says, after one WRITE.
 func dupPair(t testing.TB, on bool) (a, b *node) {
 	t.Helper()
-	o := pairOpts{selective: true, congestion: true, dupEcho: on}
-	o.defaults()
-	n := pipe.NewNetwork(pipe.Faults{})
-	t.Cleanup(func() { n.Close() })
-	la, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
-	must(t, err)
-	lb, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
-	must(t, err)
-	a, b = newNode(t, la, o), newNode(t, lb, o)
-	connect(t, a, b, o)
-	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 8<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
-	return a, b
+	return optionPair(t, pairOpts{selective: true, congestion: true, dupEcho: on})
 }
 
 // deliverDupEcho hands a a duplicate echo from addr, as its receive loop

@@ -113,7 +113,13 @@ func TestECNQP(t *testing.T) {
 // and ECN on both QPs (ecn false: ECN off on both), after one WRITE.
 func ecnPair(t testing.TB, ecn bool) (a, b *node) {
 	t.Helper()
-	o := pairOpts{selective: true, congestion: true, ecn: ecn}
+	return optionPair(t, pairOpts{selective: true, congestion: true, ecn: ecn})
+}
+
+// optionPair is a pair connected over a clean pipe with the options o,
+// after one WRITE.
+func optionPair(t testing.TB, o pairOpts) (a, b *node) {
+	t.Helper()
 	o.defaults()
 	n := pipe.NewNetwork(pipe.Faults{})
 	t.Cleanup(func() { n.Close() })

@@ -295,7 +295,11 @@ func (q *QP) checkAttr(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 
 // setOption sets the option *opt, a field of q, to on; options are set
 // before the QP is ready to send: in RESET, INIT or RTR.
-func (q *QP) setOption(opt *bool, on bool) error {
+func (q *QP) setOption(opt *bool, on bool) error { return setBeforeRTS(q, opt, on) }
+
+// setBeforeRTS sets *field, a field of q, to v, in RESET, INIT or RTR
+// only: what the QP sends by is fixed once it may send.
+func setBeforeRTS[T any](q *QP, field *T, v T) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch q.attr.State {
@@ -303,7 +307,7 @@ func (q *QP) setOption(opt *bool, on bool) error {
 	default:
 		return verbs.ErrInvalidState
 	}
-	*opt = on
+	*field = v
 	return nil
 }
 

@@ -56,15 +56,7 @@ func (q *QP) SetSendWindowLimit(packets int) error {
 	if packets < 0 || packets > maxInflightLimit {
 		return fmt.Errorf("softroce: send window limit %d: %w", packets, verbs.ErrInvalidArgument)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch q.attr.State {
-	case verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR:
-	default:
-		return verbs.ErrInvalidState
-	}
-	q.windowLimit = packets
-	return nil
+	return setBeforeRTS(q, &q.windowLimit, packets)
 }
 
 // sackBytesFor is the largest SACK bitmap a QP of path MTU mtu (bytes)
