@@ -53,11 +53,7 @@ func (q *QP) noteDuplicate(psn uint32, rx *receiver) {
 	d := &q.dupCounts
 	d.count++
 	d.newest = psn
-	if !q.resp.ackQueued {
-		// The receiver's list of owed ACKs also sends echoes.
-		q.resp.ackQueued = true
-		rx.owed = append(rx.owed, q)
-	}
+	q.queueOwed(rx)
 }
 
 // sendDupEcho sends a duplicate echo if duplicates arrived since the last
@@ -68,12 +64,7 @@ func (q *QP) sendDupEcho(rx *receiver) {
 		return
 	}
 	d.echoed = d.count
-	p := rx.packet()
-	b := p.Buf[:wire.BTHLen+wire.DupEchoLen]
-	q.encodeResponseBTH(b, wire.RCDuplicateEcho, q.resp.epsn, 0)
-	wire.DupEcho(b[wire.BTHLen:]).Encode(d.count, d.newest)
-	p.N = len(b)
-	p.Addr = q.peer
+	wire.DupEcho(q.echo(rx, wire.RCDuplicateEcho, wire.DupEchoLen)).Encode(d.count, d.newest)
 	q.count(cDupEchoesSent, 1)
 }
 

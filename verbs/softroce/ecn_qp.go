@@ -69,10 +69,8 @@ func (q *QP) noteECN(e link.ECN, rx *receiver) {
 	}
 	q.count(cECNCERecv, 1)
 	q.ecnCounts.ce++
-	if q.ecn && !q.resp.ackQueued {
-		// The receiver's list of owed ACKs also sends echoes.
-		q.resp.ackQueued = true
-		rx.owed = append(rx.owed, q)
+	if q.ecn {
+		q.queueOwed(rx)
 	}
 }
 
@@ -84,13 +82,21 @@ func (q *QP) sendECNEcho(rx *receiver) {
 		return
 	}
 	s.echoedCE = s.ce
+	wire.ECNEcho(q.echo(rx, wire.RCECNEcho, wire.ECNEchoLen)).Encode(s.ect, s.ce)
+	q.count(cECNEchoesSent, 1)
+}
+
+// echo builds an echo packet of opcode op (a BTH whose PSN is the one
+// the responder expects next, then n header bytes) in a response buffer,
+// and returns its header for the caller to write. The caller holds q.mu
+// and reserved a response.
+func (q *QP) echo(rx *receiver, op wire.Opcode, n int) []byte {
 	p := rx.packet()
-	b := p.Buf[:wire.BTHLen+wire.ECNEchoLen]
-	q.encodeResponseBTH(b, wire.RCECNEcho, q.resp.epsn, 0)
-	wire.ECNEcho(b[wire.BTHLen:]).Encode(s.ect, s.ce)
+	b := p.Buf[:wire.BTHLen+n]
+	q.encodeResponseBTH(b, op, q.resp.epsn, 0)
 	p.N = len(b)
 	p.Addr = q.peer
-	q.count(cECNEchoesSent, 1)
+	return b[wire.BTHLen:]
 }
 
 // onECNEcho hands the CE marks an echo reports that the last one did not

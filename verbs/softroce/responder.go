@@ -539,8 +539,14 @@ func (q *QP) owe(rx *receiver, psn uint32) {
 		r.ackPSN = psn
 	}
 	r.ackPending = true
-	if !r.ackQueued {
-		r.ackQueued = true
+	q.queueOwed(rx)
+}
+
+// queueOwed puts the QP on the receiver's list of QPs to answer at the end
+// of the batch (an ACK, echoes), once.
+func (q *QP) queueOwed(rx *receiver) {
+	if !q.resp.ackQueued {
+		q.resp.ackQueued = true
 		rx.owed = append(rx.owed, q)
 	}
 }
