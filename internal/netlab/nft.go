@@ -63,25 +63,22 @@ func (l *Lab) IngressCounts(ns *Namespace) (seen, dropped uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if seen, err = nftCounter(ns, out, "seen"); err != nil {
-		return 0, 0, err
+	counts := map[string]uint64{}
+	for _, m := range counterRE.FindAllStringSubmatch(out, -1) {
+		if counts[m[1]], err = strconv.ParseUint(m[2], 10, 64); err != nil {
+			return 0, 0, err
+		}
 	}
-	if dropped, err = nftCounter(ns, out, "dropped"); err != nil {
-		return 0, 0, err
+	for _, name := range []string{"seen", "dropped"} {
+		if _, ok := counts[name]; !ok {
+			return 0, 0, fmt.Errorf("netlab: no packet count for counter %s in nft's listing of %s: %q", name, ns.Name, out)
+		}
 	}
-	return seen, dropped, nil
+	return counts["seen"], counts["dropped"], nil
 }
 
-// nftCounter reads the packets of counter name from out, nft's listing
-// of the counters of ns's table.
-func nftCounter(ns *Namespace, out, name string) (uint64, error) {
-	re := regexp.MustCompile(`counter ` + regexp.QuoteMeta(name) + `\s*\{\s*packets (\d+)`)
-	m := re.FindStringSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("netlab: no packet count for counter %s in nft's listing of %s: %q", name, ns.Name, out)
-	}
-	return strconv.ParseUint(m[1], 10, 64)
-}
+// counterRE finds each counter's name and packets in nft's listing.
+var counterRE = regexp.MustCompile(`counter (\w+)\s*\{\s*packets (\d+)`)
 
 // nftScript loads an nft script into ns.
 func nftScript(ns *Namespace, script string) error {

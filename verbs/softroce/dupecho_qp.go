@@ -85,8 +85,8 @@ func (q *QP) noteResent() {
 // those, so that a forged echo cannot undo more than the resends did.
 // The caller holds q.mu.
 func (q *QP) onDupEcho(pkt *wire.Packet) {
-	cc, sb := q.comp.win.cc, q.comp.sb
-	if !q.dupEcho || cc == nil || sb == nil {
+	sb := q.comp.sb
+	if !q.dupEcho || q.comp.win.cc == nil || sb == nil {
 		q.count(cUnexpectedResponses, 1)
 		return
 	}
@@ -113,9 +113,8 @@ func (q *QP) onDupEcho(pkt *wire.Packet) {
 	if at == 0 {
 		return
 	}
-	if cc.OnSpuriousResends(int(credit), at) {
+	if q.comp.win.onSpuriousResends(int(credit), at) {
 		q.count(cCongestionUndos, 1)
-		q.comp.win.cwnd = cc.Cwnd()
 		q.runRequester()
 	}
 }

@@ -251,9 +251,8 @@ func (s *scoreboard) credible(psn uint32) bool {
 	if at == 0 || at <= s.recent {
 		return true
 	}
-	if s.minRTT > 0 && s.now-at < s.minRTT && !s.spur.has(i) {
-		s.spur.set(i)
-		s.reordered()
+	if s.minRTT > 0 && s.now-at < s.minRTT {
+		s.markSpurious(i)
 	}
 	return false
 }
@@ -269,11 +268,18 @@ func (s *scoreboard) spuriousResend(psn uint32) int64 {
 	if at == 0 {
 		return 0
 	}
+	s.markSpurious(i)
+	return at
+}
+
+// markSpurious records that the latest resend at index i was spurious,
+// learning from it once (the timing rule and a duplicate echo may both
+// find it).
+func (s *scoreboard) markSpurious(i uint32) {
 	if !s.spur.has(i) {
 		s.spur.set(i)
 		s.reordered()
 	}
-	return at
 }
 
 // reordered learns from a spurious resend: the path reorders more than

@@ -141,6 +141,17 @@ func (w *sendWindow) onLoss(psn, high uint32) {
 	w.recover = high
 }
 
+// onSpuriousResends tells the controller that n resends, the newest sent
+// at resentAt, proved spurious, and reports whether it undid a reduction
+// (the window then follows it).
+func (w *sendWindow) onSpuriousResends(n int, resentAt int64) bool {
+	if w.cc == nil || !w.cc.OnSpuriousResends(n, resentAt) {
+		return false
+	}
+	w.cwnd = w.cc.Cwnd()
+	return true
+}
+
 // onTimeout collapses the window after a local ACK timeout.
 func (w *sendWindow) onTimeout(high uint32) {
 	if w.cc != nil {
