@@ -112,9 +112,8 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 			return
 		}
 		q.count(cRNRNAKsRecv, 1)
-		q.ackUpTo(psnAdd(psn, wire.PSNMask))
-		if q.attr.State != verbs.QPSRTS {
-			return
+		if q.ackUpTo(psnAdd(psn, wire.PSNMask)) || q.attr.State != verbs.QPSRTS {
+			return // the rewind to a lost response sends psn again
 		}
 		q.onRNR(psn, syn.Value())
 	case wire.SyndromeNAK:
@@ -125,10 +124,10 @@ func (q *QP) onAETH(psn uint32, syn wire.Syndrome) {
 			q.count(cUnexpectedResponses, 1)
 			return
 		}
-		q.ackUpTo(psnAdd(psn, wire.PSNMask))
+		askedAgain := q.ackUpTo(psnAdd(psn, wire.PSNMask))
 		if seqErr {
 			q.count(cSeqNAKsRecv, 1)
-			if !q.req.rnrWait && !q.rewindTooSoon() {
+			if !askedAgain && !q.req.rnrWait && !q.rewindTooSoon() {
 				q.goBack(psn)
 			}
 			return
@@ -214,8 +213,18 @@ func (q *QP) goBack(psn uint32) {
 }
 
 // ackUpTo records that every PSN up to and including psn arrived, and
-// retires the requests that are finished.
-func (q *QP) ackUpTo(psn uint32) {
+// retires the requests that are finished. An acknowledgement past a READ
+// or atomic whose response is missing covers only the PSNs before that
+// response: the responder executed the later requests, so the response
+// was lost, and the request is asked again from it (IBA 9.7.5.1.3).
+// Acknowledging past it would make the answers to the repeat look stale,
+// and the QP would drop them until its retries ran out. ackUpTo reports
+// whether it asked again; the caller's own rewind is then redundant.
+func (q *QP) ackUpTo(psn uint32) (askedAgain bool) {
+	missing, gap := q.missingResponse(psn)
+	if gap {
+		psn = psnAdd(missing, wire.PSNMask)
+	}
 	if d := psnDiff(psn, q.comp.ackedPSN); d > 0 && psnDiff(psn, q.req.highPSN) < 0 {
 		if sb := q.comp.sb; sb != nil {
 			if sb.any {
@@ -233,7 +242,42 @@ func (q *QP) ackUpTo(psn uint32) {
 		q.comp.ackedPSN = psn
 		q.progress()
 	}
+	if gap {
+		q.askAgain(missing)
+	}
 	q.retire()
+	return gap
+}
+
+// missingResponse returns the first PSN, at or before psn, of a response
+// that has not arrived: the next response of a READ, or an atomic's
+// acknowledgement. Responses are placed in order, so no request after it
+// has any placed.
+func (q *QP) missingResponse(psn uint32) (uint32, bool) {
+	for i := q.sqHead; i != q.sqTail; i++ {
+		w := &q.sq[i%uint32(len(q.sq))]
+		if !w.started || psnDiff(w.firstPSN, psn) > 0 {
+			break
+		}
+		if w.isRdAtomic() && !w.done {
+			if m := psnAdd(w.firstPSN, w.readPkts); psnDiff(m, psn) <= 0 {
+				return m, true
+			}
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// askAgain rewinds to psn, a missing READ response or atomic
+// acknowledgement. After a READ's, responses beyond the gap, to the
+// earlier request, are ignored until the answer to the repeat begins.
+func (q *QP) askAgain(psn uint32) {
+	if w := &q.sq[q.wqeAt(psn)%uint32(len(q.sq))]; w.opcode == verbs.WRRDMARead {
+		q.comp.readWait = true
+		q.comp.readPSN = psn
+	}
+	q.goBack(psn)
 }
 
 // progress resets the retry counters and the ACK timer after the peer
@@ -256,12 +300,7 @@ func (q *QP) retire() {
 		}
 		if w.isRdAtomic() {
 			if !w.done {
-				if psnDiff(w.lastPSN(), q.comp.ackedPSN) <= 0 {
-					// A later PSN was acknowledged, so the missing
-					// responses were lost: ask again.
-					q.goBack(psnAdd(w.firstPSN, w.readPkts))
-				}
-				return
+				return // ackUpTo never acknowledges past its responses
 			}
 		} else if psnDiff(w.lastPSN(), q.comp.ackedPSN) > 0 {
 			return
@@ -293,21 +332,25 @@ func (q *QP) onReadResponse(psn uint32, op wire.Opcode, pkt *wire.Packet) {
 		return
 	}
 	if pkt.AETH != nil {
+		// It acknowledges the PSNs before the READ, up to a missing
+		// response of an earlier READ or atomic.
 		q.ackUpTo(psnAdd(w.firstPSN, wire.PSNMask))
 		if q.attr.State != verbs.QPSRTS {
 			return
 		}
 	}
-	want := psnAdd(w.firstPSN, w.readPkts)
 	if q.comp.readWait && psn == q.comp.readPSN && op.Flags().Has(wire.FlagFirst) {
 		q.comp.readWait = false // the answer to the repeated request begins
 	}
-	if d := psnDiff(psn, want); d != 0 {
-		if d > 0 && !q.comp.readWait {
-			// An earlier response was lost: ask again from it.
-			q.comp.readWait = true
-			q.comp.readPSN = want
-			q.goBack(want)
+	want, missing := q.missingResponse(psn)
+	if !missing {
+		return // placed already: a duplicate
+	}
+	if psn != want {
+		if !q.comp.readWait {
+			// An earlier response, of this READ or an earlier READ or
+			// atomic, was lost: ask again from it.
+			q.askAgain(want)
 		}
 		return
 	}

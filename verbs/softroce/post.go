@@ -25,8 +25,11 @@ type sendWQE struct {
 	npkts    uint32 // PSNs the request consumes
 	readPkts uint32 // READ response packets received in order
 	readReq  uint32 // READ response packets asked for so far (readReq ≥ readPkts)
-	readHigh uint32 // the most READ response packets ever asked for
-	done     bool   // READ or atomic has all its response
+	// readAsked is where the last READ request asked from: that request's
+	// PSN is first+readAsked, the only PSN of the part the requester sent.
+	readAsked uint32
+	readHigh  uint32 // the most READ response packets ever asked for
+	done      bool   // READ or atomic has all its response
 }
 
 func (w *sendWQE) lastPSN() uint32 { return psnAdd(w.firstPSN, w.npkts-1) }

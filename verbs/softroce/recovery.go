@@ -47,10 +47,14 @@ func (q *QP) repair() {
 			if w.done {
 				continue
 			}
-			// An unanswered READ or atomic request: ask again, and
-			// everything after it (go-back-N).
+			// A READ or atomic request the scoreboard calls lost: ask
+			// again, and everything after it (go-back-N). Only the
+			// request's own PSN was sent; once a response to it arrived,
+			// the rest are found missing by their gap (onReadResponse)
+			// or the timer.
 			req := psnAdd(w.firstPSN, w.readPkts)
-			if psnDiff(req, acked) > 0 && psnDiff(req, q.req.nextPSN) < 0 && sb.lost(req) {
+			unanswered := w.opcode != verbs.WRRDMARead || w.readPkts == w.readAsked
+			if unanswered && psnDiff(req, acked) > 0 && psnDiff(req, q.req.nextPSN) < 0 && sb.lost(req) {
 				q.goBack(req)
 				return
 			}
@@ -97,9 +101,8 @@ func (q *QP) onSelectiveNAK(psn uint32, pkt *wire.Packet) {
 		return
 	}
 	q.count(cSeqNAKsRecv, 1)
-	q.ackUpTo(psnAdd(psn, wire.PSNMask))
-	if q.attr.State != verbs.QPSRTS {
-		return
+	if q.ackUpTo(psnAdd(psn, wire.PSNMask)) || q.attr.State != verbs.QPSRTS {
+		return // rewound to a lost READ response or atomic acknowledgement
 	}
 	now := nanotime()
 	info := wire.SACKInfo(pkt.Payload)

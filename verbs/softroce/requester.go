@@ -251,6 +251,7 @@ func (q *QP) emitRead(w *sendWQE) bool {
 	p.Addr = q.peer
 	p.ECN = q.requestECN()
 	q.notePSNSent(psn)
+	w.readAsked = w.readReq
 	w.readReq += n
 	w.readHigh = max(w.readHigh, w.readReq)
 	q.req.rdAtomic++
