@@ -43,6 +43,7 @@
 //	        its bit is set; bytes after the known ones are skipped:
 //	        CapMemif: 1+s MemifSocket, then 1+t MemifSecret
 //	        CapShm: 1+u ShmSocket, then 8 ShmChannel, then 16 ShmToken
+//	        CapPacketMTU: 2 PacketMTU
 //
 // A Reply body (version 1):
 //
@@ -110,6 +111,13 @@ const (
 	// (rsock's DSACK); both sides must send it (and CapCongestionControl)
 	// for the connection to use it. It carries no extension bytes.
 	CapDuplicateEcho uint32 = 1 << 7
+	// CapPacketMTU means the sender's queue pair can carry PacketMTU
+	// bytes of payload per packet, a size the IBTA's path MTUs (powers of
+	// two) do not name: 1408 on an Ethernet path of 1500, where the path
+	// MTU is 1024. When both sides send it, the connection's packets carry
+	// the smaller of the two PacketMTUs (when that beats the path MTU).
+	// Its extension is the 2-byte PacketMTU.
+	CapPacketMTU uint32 = 1 << 8
 )
 
 // Limits of the wire format.
@@ -120,9 +128,11 @@ const (
 	MaxNameLen = 32
 	// MaxReasonLen is the longest Reply.Reason.
 	MaxReasonLen = 128
-	// MinMTU and MaxMTU bound Hello.MTU.
+	// MinMTU and MaxMTU bound Hello.MTU and Hello.PacketMTU.
 	MinMTU = 256
 	MaxMTU = 4096
+	// PacketMTUAlign divides Hello.PacketMTU.
+	PacketMTUAlign = 64
 	// MinRingSize and MaxRingSize bound Hello.RingSize.
 	MinRingSize = 4 << 10
 	MaxRingSize = 64 << 20
@@ -246,6 +256,10 @@ type Hello struct {
 	// from it and the connection's addresses over the channel. Non-zero
 	// with ShmChannel, zero with ShmSocket.
 	ShmToken [16]byte
+	// With CapPacketMTU: payload bytes per packet the sender's path
+	// carries, a multiple of PacketMTUAlign in MinMTU..MaxMTU; zero
+	// without it.
+	PacketMTU uint16
 }
 
 func isPow2(v uint32) bool { return v != 0 && v&(v-1) == 0 }
@@ -342,6 +356,13 @@ func (h *Hello) Validate() error {
 	} else if h.ShmSocket != "" || h.ShmChannel != 0 || h.ShmToken != ([16]byte{}) {
 		return fieldErr("ShmSocket", "set without CapShm")
 	}
+	if h.Capabilities&CapPacketMTU != 0 {
+		if h.PacketMTU < MinMTU || h.PacketMTU > MaxMTU || h.PacketMTU%PacketMTUAlign != 0 {
+			return fieldErr("PacketMTU", "%d, want a multiple of %d in %d..%d", h.PacketMTU, PacketMTUAlign, MinMTU, MaxMTU)
+		}
+	} else if h.PacketMTU != 0 {
+		return fieldErr("PacketMTU", "set without CapPacketMTU")
+	}
 	return nil
 }
 
@@ -385,6 +406,9 @@ func appendHelloBody(b []byte, h *Hello) []byte {
 		b = appendString(b, h.ShmSocket)
 		b = be.AppendUint64(b, h.ShmChannel)
 		b = append(b, h.ShmToken[:]...)
+	}
+	if h.Capabilities&CapPacketMTU != 0 {
+		b = be.AppendUint16(b, h.PacketMTU)
 	}
 	return b
 }
@@ -511,6 +535,14 @@ func parseHelloBody(version uint16, p []byte) (*Hello, error) {
 			return nil, errorf(ErrMalformed, "hello body ends inside ShmToken")
 		}
 		copy(h.ShmToken[:], rest)
+		rest = rest[len(h.ShmToken):]
+	}
+	if h.Capabilities&CapPacketMTU != 0 {
+		if len(rest) < 2 {
+			return nil, errorf(ErrMalformed, "hello body ends inside PacketMTU")
+		}
+		h.PacketMTU = be.Uint16(rest)
+		rest = rest[2:]
 	}
 	// Any remaining bytes are extensions this version does not know.
 	if err := h.Validate(); err != nil {

@@ -46,6 +46,7 @@ func extremeHellos() map[string]*Hello {
 	hi.MemifSocket = strings.Repeat("@", MaxMemifSocketLen)
 	hi.MemifSecret = strings.Repeat("~", MaxMemifSecretLen)
 	hi.ShmSocket = strings.Repeat("s", MaxShmSocketLen)
+	hi.PacketMTU = MaxMTU
 
 	memif := testHello()
 	memif.Capabilities |= CapMemif
@@ -65,8 +66,16 @@ func extremeHellos() map[string]*Hello {
 	wide := testHello()
 	wide.Capabilities |= CapSelectiveRepeat | CapCongestionControl | CapWideSACK
 
+	packet := testHello()
+	packet.Capabilities |= CapPacketMTU
+	packet.PacketMTU = 1408
+	// The packet MTU's extension follows the shm channel's token.
+	shmPacket := *shmReuse
+	shmPacket.Capabilities |= CapPacketMTU
+	shmPacket.PacketMTU = MinMTU
+
 	return map[string]*Hello{"typical": testHello(), "min": lo, "max": hi, "memif": memif, "shm-dial": shmDial, "shm-reuse": shmReuse,
-		"wide-sack": wide}
+		"wide-sack": wide, "packet-mtu": packet, "shm-packet-mtu": &shmPacket}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -263,6 +272,32 @@ func TestDecline(t *testing.T) {
 	}
 }
 
+// TestPacketMTUExtensionTruncated: a Hello that announces CapPacketMTU
+// but ends before its two bytes is malformed.
+func TestPacketMTUExtensionTruncated(t *testing.T) {
+	h := testHello()
+	h.Capabilities |= CapPacketMTU
+	h.PacketMTU = 1408
+	full := AppendHello(nil, h)
+	if got, err := ReadHello(bytes.NewReader(full)); err != nil || got.PacketMTU != 1408 {
+		t.Fatalf("ReadHello = %+v, %v, want PacketMTU 1408", got, err)
+	}
+	// Without the bit the field is not on the wire: setting it is an error.
+	bare := testHello()
+	bare.PacketMTU = 1408
+	var fe *FieldError
+	if err := bare.Validate(); !errors.As(err, &fe) || fe.Field != "PacketMTU" {
+		t.Fatalf("Validate of a PacketMTU without CapPacketMTU = %v, want a PacketMTU field error", err)
+	}
+	for cut := len(full) - 1; cut >= len(full)-2; cut-- {
+		b := append([]byte(nil), full[:cut]...)
+		binary.BigEndian.PutUint16(b[6:], uint16(len(b)-headerSize))
+		if _, err := ReadHello(bytes.NewReader(b)); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("cut at %d: err %v, want ErrMalformed", cut, err)
+		}
+	}
+}
+
 func TestHelloValidateFields(t *testing.T) {
 	cases := []struct {
 		field  string
@@ -291,6 +326,11 @@ func TestHelloValidateFields(t *testing.T) {
 		{"MTU", ErrMalformed, func(h *Hello) { h.MTU = 128 }},
 		{"MTU", ErrMalformed, func(h *Hello) { h.MTU = 300 }},
 		{"MTU", ErrMalformed, func(h *Hello) { h.MTU = 8192 }},
+		{"MTU", ErrMalformed, func(h *Hello) { h.MTU = 1408 }}, // only PacketMTU may be
+		{"PacketMTU", ErrMalformed, func(h *Hello) { h.Capabilities |= CapPacketMTU }},
+		{"PacketMTU", ErrMalformed, func(h *Hello) { h.Capabilities, h.PacketMTU = h.Capabilities|CapPacketMTU, 192 }},
+		{"PacketMTU", ErrMalformed, func(h *Hello) { h.Capabilities, h.PacketMTU = h.Capabilities|CapPacketMTU, 1400 }},
+		{"PacketMTU", ErrMalformed, func(h *Hello) { h.Capabilities, h.PacketMTU = h.Capabilities|CapPacketMTU, 4160 }},
 		{"RingSize", ErrMalformed, func(h *Hello) { h.RingSize = 0 }},
 		{"RingSize", ErrMalformed, func(h *Hello) { h.RingSize = 2048 }},
 		{"RingSize", ErrMalformed, func(h *Hello) { h.RingSize = 3 << 20 }},
@@ -714,7 +754,7 @@ func TestPreface(t *testing.T) {
 // is as long as one that does not, so an older decoder, which skips
 // unknown bits, reads it unchanged; each capability bit is distinct.
 func TestWideSACKCarriesNoExtension(t *testing.T) {
-	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapECN, CapWideSACK, CapDuplicateEcho}
+	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapECN, CapWideSACK, CapDuplicateEcho, CapPacketMTU}
 	seen := uint32(0)
 	for _, c := range caps {
 		if c&seen != 0 || c&(c-1) != 0 {

@@ -313,8 +313,18 @@ func streamConfig(base rsock.Config, p Plan, c net.Conn) (rsock.Config, error) {
 	if err != nil {
 		return base, fmt.Errorf("netconn: the route to %v: %w", remote, err)
 	}
+	user := base.MaxMTU
 	if base.MaxMTU == 0 || m.Bytes() < base.MaxMTU {
 		base.MaxMTU = m.Bytes()
+	}
+	// Packets may carry more than the path MTU names, up to what the
+	// route and the caller's MaxMTU allow.
+	packet, err := softroce.PacketMTUForIP(ipMTU, !remote.Is4())
+	if user != 0 {
+		packet = min(packet, user/64*64)
+	}
+	if err == nil && packet >= 256 && (base.MaxPacketMTU == 0 || packet < base.MaxPacketMTU) {
+		base.MaxPacketMTU = packet
 	}
 	return base, nil
 }

@@ -23,6 +23,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.DuplicateEcho {
 		caps |= fallback.CapDuplicateEcho
 	}
+	if p.PacketMTU != 0 {
+		caps |= fallback.CapPacketMTU
+	}
 	return &fallback.Hello{
 		Version:      fallback.Version,
 		Capabilities: caps,
@@ -37,6 +40,7 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 		RingRKey:     p.RingRKey,
 		RingSize:     uint32(p.RingSize),
 		RecvDepth:    uint32(p.RecvDepth),
+		PacketMTU:    uint16(p.PacketMTU),
 	}
 }
 
@@ -58,5 +62,8 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 	p.ECN = h.Capabilities&fallback.CapECN != 0
 	p.WideSACK = h.Capabilities&fallback.CapWideSACK != 0
 	p.DuplicateEcho = h.Capabilities&fallback.CapDuplicateEcho != 0
+	if h.Capabilities&fallback.CapPacketMTU != 0 {
+		p.PacketMTU = int(h.PacketMTU)
+	}
 	return p
 }

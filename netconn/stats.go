@@ -31,6 +31,9 @@ type ConnStats struct {
 	DestQPN uint32 `json:"dest_qpn,omitempty"`
 	// PathMTU is the queue pair's path MTU in bytes.
 	PathMTU int `json:"path_mtu,omitempty"`
+	// PacketMTU is the payload per packet when the peers agreed on more
+	// than the path MTU names (rsock.Config.MaxPacketMTU), in bytes.
+	PacketMTU int `json:"packet_mtu,omitempty"`
 	// SRTT and RTTVar estimate the round trip of the queue pair's
 	// requests (RFC 6298); zero before the first sample.
 	SRTT   time.Duration `json:"srtt_ns,omitempty"`
@@ -112,7 +115,7 @@ func (c *Conn) Stats() ConnStats {
 	st.BytesRead, st.BytesWritten = s.BytesRead, s.BytesWritten
 	st.Device = c.dev.dev.Name()
 	q := &s.QP
-	st.QPN, st.DestQPN, st.PathMTU = q.QPN, q.DestQPN, q.PathMTU
+	st.QPN, st.DestQPN, st.PathMTU, st.PacketMTU = q.QPN, q.DestQPN, q.PathMTU, q.PacketMTU
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents

@@ -137,6 +137,9 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	e.params.WideSACK = ws && e.params.SelectiveRepeat
 	_, de := e.qp.(verbs.DuplicateEchoer)
 	e.params.DuplicateEcho = de && e.params.CongestionControl
+	if _, pm := e.qp.(verbs.PacketMTUSetter); pm && cfg.MaxPacketMTU > mtu.Bytes() {
+		e.params.PacketMTU = cfg.MaxPacketMTU
+	}
 	if lp, ok := dev.(localPorter); ok {
 		e.params.UDPPort = lp.LocalAddr().Port()
 	}

@@ -49,6 +49,14 @@ type Config struct {
 	// payload (256 to 4096, rounded down to one of them); 0 means the
 	// device's active MTU. netconn sets it from the route to the peer.
 	MaxMTU int
+	// MaxPacketMTU is the most payload bytes one packet may carry on the
+	// route to the peer, a multiple of 64 in 256..4096, where that is more
+	// than the largest path MTU the IBTA names that fits (1408 on an
+	// Ethernet path of 1500 bytes, whose path MTU is 1024): the endpoint
+	// offers it, and where the peer offers one too the connection's
+	// packets carry the smaller (verbs.PacketMTUSetter). 0 offers none.
+	// netconn sets it from the route to the peer.
+	MaxPacketMTU int
 	// GoBackN turns selective repeat off even where both sides support
 	// it (for comparison; go-back-N is what RNICs and rxe speak).
 	GoBackN bool
@@ -94,6 +102,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxMTU != 0 && (c.MaxMTU < 256 || c.MaxMTU > 1<<20) {
 		return fmt.Errorf("rsock: MaxMTU %d not in [256, 1 MiB]", c.MaxMTU)
 	}
+	if c.MaxPacketMTU != 0 && !validPacketMTU(c.MaxPacketMTU) {
+		return fmt.Errorf("rsock: MaxPacketMTU %d is not a multiple of 64 in [256, 4096]", c.MaxPacketMTU)
+	}
 	if c.AckTimeout > 31 || c.RetryCount > 7 {
 		return fmt.Errorf("rsock: ACK timeout %d or retry count %d out of range", c.AckTimeout, c.RetryCount)
 	}
@@ -132,7 +143,15 @@ type Params struct {
 	// (verbs.DuplicateEchoer); the stream uses it when both sides can and
 	// congestion control is on.
 	DuplicateEcho bool
+	// PacketMTU is the payload per packet the endpoint's QP can carry
+	// beyond MTU (Config.MaxPacketMTU), 0 when it offers none; the stream
+	// uses the smaller of the two sides' when both offer one.
+	PacketMTU int
 }
+
+// validPacketMTU reports whether n is a packet MTU the wire carries: a
+// multiple of 64 in 256..4096.
+func validPacketMTU(n int) bool { return n >= 256 && n <= 4096 && n%64 == 0 }
 
 // Validate checks a peer's parameters before they are used.
 func (p *Params) Validate() error {
@@ -143,6 +162,8 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("rsock: peer PSN %#x out of range", p.PSN)
 	case verbs.MTUFromBytes(p.MTU).Bytes() != p.MTU:
 		return fmt.Errorf("rsock: peer MTU %d is not one of 256..4096", p.MTU)
+	case p.PacketMTU != 0 && !validPacketMTU(p.PacketMTU):
+		return fmt.Errorf("rsock: peer packet MTU %d is not a multiple of 64 in 256..4096", p.PacketMTU)
 	case ring.CheckSize(p.RingSize) != nil:
 		return fmt.Errorf("rsock: peer ring size %d: %w", p.RingSize, ring.ErrSize)
 	case p.RecvDepth < controlReserve*2 || p.RecvDepth > 65536:

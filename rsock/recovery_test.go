@@ -153,3 +153,81 @@ func TestWideSACKNegotiated(t *testing.T) {
 		})
 	}
 }
+
+// TestPacketMTUNegotiated: where both endpoints offer a packet MTU, the
+// stream's packets carry the smaller of the two (fewer packets per byte,
+// the data intact); where either offers none, or offers no more than the
+// path MTU, they carry the path MTU's.
+func TestPacketMTUNegotiated(t *testing.T) {
+	a, b := devPair(t)
+	for _, tc := range []struct {
+		name    string
+		pa, pb  int // each side's MaxPacketMTU
+		offered int // a's Params.PacketMTU
+		want    int // QPStats.PacketMTU
+	}{
+		{"both 1408", 1408, 1408, 1408, 1408},
+		{"1408 and 1280", 1408, 1280, 1408, 1280},
+		{"one side", 1408, 0, 1408, 0},
+		{"no more than the path MTU", 1024, 1024, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ea, err := NewEndpoint(a.dev, Config{MaxMTU: 1024, MaxPacketMTU: tc.pa})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eb, err := NewEndpoint(b.dev, Config{MaxMTU: 1024, MaxPacketMTU: tc.pb})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ea.Params().PacketMTU; got != tc.offered {
+				t.Fatalf("endpoint offers packet MTU %d, want %d", got, tc.offered)
+			}
+			addrA := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+			addrB := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
+			sa, err := ea.Connect(eb.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrA, RemoteAddr: addrB})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sa.Close()
+			sb, err := eb.Connect(ea.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrB, RemoteAddr: addrA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close()
+			for _, s := range []*Stream{sa, sb} {
+				if st := s.Stats().QP; st.PacketMTU != tc.want || st.PathMTU != 1024 {
+					t.Fatalf("packet MTU %d, path MTU %d; want %d, 1024", st.PacketMTU, st.PathMTU, tc.want)
+				}
+			}
+			data := make([]byte, 4<<20)
+			r := rand.New(rand.NewPCG(9, 10))
+			for i := range data {
+				data[i] = byte(r.Uint32())
+			}
+			before := a.dev.Counters().SentPackets
+			errc := make(chan error, 1)
+			go func() {
+				_, err := sa.Write(data)
+				errc <- err
+			}()
+			got := make([]byte, len(data))
+			if _, err := io.ReadFull(sb, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatal("data differs")
+			}
+			// Every packet but a write's last is full; control messages
+			// and resends add a few.
+			payload := max(tc.want, 1024)
+			least := uint64(len(data) / payload)
+			if n := a.dev.Counters().SentPackets - before; n < least || n > least+least/8 {
+				t.Errorf("4 MiB took %d packets, want %d to %d (%d bytes each)", n, least, least+least/8, payload)
+			}
+		})
+	}
+}

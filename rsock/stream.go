@@ -101,9 +101,17 @@ func (e *Endpoint) Connect(peer Params, opts ConnectOptions) (*Stream, error) {
 		return nil, err
 	}
 	mtu := verbs.MTUFromBytes(min(peer.MTU, e.params.MTU))
+	payload := mtu.Bytes() // per packet
+	if pm := min(peer.PacketMTU, e.params.PacketMTU); pm > payload {
+		// Both sides carry more per packet than the path MTU names.
+		if err := e.qp.(verbs.PacketMTUSetter).SetPacketMTU(pm); err != nil {
+			return nil, err
+		}
+		payload = pm
+	}
 	depth := min(peer.RecvDepth, e.cfg.RecvDepth) // our send queue is sized for our depth
 	r := recoveryFor(e.params, peer)
-	if err := e.setRecovery(r, peer.RingSize, mtu.Bytes(), depth); err != nil {
+	if err := e.setRecovery(r, peer.RingSize, payload, depth); err != nil {
 		return nil, err
 	}
 	if h, ok := e.qp.(verbs.PathRTTHinter); ok && r.congestion && opts.PathRTT > 0 {

@@ -276,13 +276,19 @@ func TestParamsValidate(t *testing.T) {
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if p := good; func() error { p.PacketMTU = 1408; return p.Validate() }() != nil {
+		t.Fatal("packet MTU 1408 refused")
+	}
 	for name, f := range map[string]func(p *Params){
-		"qpn":   func(p *Params) { p.QPN = 1 << 24 },
-		"psn":   func(p *Params) { p.PSN = 1 << 24 },
-		"mtu":   func(p *Params) { p.MTU = 1000 },
-		"ring":  func(p *Params) { p.RingSize = 1 << 30 },
-		"depth": func(p *Params) { p.RecvDepth = 1 },
-		"gid":   func(p *Params) { p.GID = verbs.GID{} },
+		"qpn":                  func(p *Params) { p.QPN = 1 << 24 },
+		"psn":                  func(p *Params) { p.PSN = 1 << 24 },
+		"mtu":                  func(p *Params) { p.MTU = 1000 },
+		"packet mtu small":     func(p *Params) { p.PacketMTU = 192 },
+		"packet mtu unaligned": func(p *Params) { p.PacketMTU = 1400 },
+		"packet mtu large":     func(p *Params) { p.PacketMTU = 8192 },
+		"ring":                 func(p *Params) { p.RingSize = 1 << 30 },
+		"depth":                func(p *Params) { p.RecvDepth = 1 },
+		"gid":                  func(p *Params) { p.GID = verbs.GID{} },
 	} {
 		p := good
 		f(&p)

@@ -9,6 +9,9 @@ type QPStats struct {
 	QPN     uint32 // the local queue pair number
 	DestQPN uint32 // the peer's queue pair number
 	PathMTU int    // path MTU in bytes, 0 before RTR
+	// PacketMTU is the payload one packet carries when the QP carries
+	// more than PathMTU names (PacketMTUSetter), in bytes; 0 otherwise.
+	PacketMTU int
 	// SRTT and RTTVar are the smoothed round-trip time and its variation
 	// (RFC 6298) from acknowledged request packets; zero before the first
 	// sample.

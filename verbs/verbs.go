@@ -220,6 +220,15 @@ type PathRTTHinter interface {
 	SetPathRTT(d time.Duration) error
 }
 
+// PacketMTUSetter is implemented by QPs that can carry a payload per
+// packet the IBTA's path MTUs (powers of two) do not name, such as 1408
+// bytes on an Ethernet path where the path MTU is 1024. Both peers must
+// set the same size; rsock negotiates it. It may be called before the QP
+// reaches RTS.
+type PacketMTUSetter interface {
+	SetPacketMTU(bytes int) error
+}
+
 // DuplicateEchoer is implemented by QPs that can echo, on top of
 // congestion control, the count of duplicate requests they receive, and
 // learn from the peer's echoes which of their resends were spurious

@@ -129,6 +129,9 @@ func rdmaDetails(c netconn.ConnStats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dev:%s qpn:%d dqpn:%d mtu:%d rtt:%s/%s cwnd:%d inflight:%d",
 		c.Device, c.QPN, c.DestQPN, c.PathMTU, ms(c.SRTT), ms(c.RTTVar), c.Cwnd, c.Inflight)
+	if c.PacketMTU > 0 {
+		fmt.Fprintf(&b, " packet_mtu:%d", c.PacketMTU)
+	}
 	if c.PacingRate > 0 {
 		fmt.Fprintf(&b, " pacing_rate:%dbps", c.PacingRate*8) // bits, as ss prints it
 	}

@@ -84,6 +84,8 @@ type pairOpts struct {
 	ecnOffA     bool
 	wide        bool // wide SACK on both QPs
 	dupEcho     bool // duplicate echoes on both QPs
+	packetMTU   int  // SetPacketMTU on both QPs, but for b's with packetOffB
+	packetOffB  bool
 	capture     *Capture
 }
 
@@ -169,6 +171,9 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 		must(t, me.qp.SetECN(o.ecn && !(me == a && o.ecnOffA)))
 		must(t, me.qp.SetWideSACK(o.wide))
 		must(t, me.qp.SetDuplicateEcho(o.dupEcho))
+		if !(me == b && o.packetOffB) {
+			must(t, me.qp.SetPacketMTU(o.packetMTU))
+		}
 		pa := peer.dev.LocalAddr()
 		must(t, me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR,
 			AH:      verbs.AH{DGID: verbs.GIDFromAddr(pa.Addr()), DPort: pa.Port()},

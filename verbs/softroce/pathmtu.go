@@ -51,7 +51,7 @@ func (q *QP) pathMTUCause() error {
 	if !ok {
 		return nil
 	}
-	if m, err := MTUForIP(ipMTU, !dst.Is4()); err == nil && m.Bytes() >= int(q.mtu) {
+	if n, err := PacketMTUForIP(ipMTU, !dst.Is4()); err == nil && n >= int(q.mtu) {
 		return nil
 	}
 	return fmt.Errorf("softroce: no acknowledgement after %d retries; the path MTU to %v is %d bytes (learned from ICMP), too small for the QP's packets of %d-byte MTU: %w",

@@ -40,9 +40,10 @@ type QP struct {
 	closed    bool
 	attr      verbs.QPAttr
 	peer      netip.AddrPort
-	mtu       uint32
-	selective bool // selective repeat negotiated (SetSelectiveRepeat)
-	wide      bool // wide SACK negotiated (SetWideSACK, widesack.go)
+	mtu       uint32 // payload bytes per packet: the path MTU's, or packetMTU
+	packetMTU uint32 // the negotiated payload per packet (SetPacketMTU); 0 none
+	selective bool   // selective repeat negotiated (SetSelectiveRepeat)
+	wide      bool   // wide SACK negotiated (SetWideSACK, widesack.go)
 	// windowLimit bounds the send window when not 0 (SetSendWindowLimit).
 	windowLimit int
 	sendErr     error // the last error of the link's Send for this QP
@@ -220,7 +221,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.peer = netip.AddrPortFrom(attr.AH.DGID.Addr(), port)
 	}
 	if mask&verbs.AttrPathMTU != 0 {
-		q.mtu = uint32(attr.PathMTU.Bytes())
+		q.mtu = q.mtuFor(attr.PathMTU)
 	}
 	if next == cur {
 		return nil

@@ -19,6 +19,9 @@ func (q *QP) Stats() verbs.QPStats {
 	s.DestQPN = q.attr.DestQPN
 	if q.attr.State >= verbs.QPSRTR && q.attr.State != verbs.QPSErr {
 		s.PathMTU = q.attr.PathMTU.Bytes()
+		if int(q.mtu) > s.PathMTU {
+			s.PacketMTU = int(q.mtu)
+		}
 	}
 	s.SRTT = time.Duration(q.comp.rtt.srtt)
 	s.RTTVar = time.Duration(q.comp.rtt.rttvar)
