@@ -168,6 +168,7 @@ func TestPacketMTUNegotiated(t *testing.T) {
 	}{
 		{"both 1408", 1408, 1408, 1408, 1408},
 		{"1408 and 1280", 1408, 1280, 1408, 1280},
+		{"a peer offering more than our route carries", 1408, 4096, 1408, 1408},
 		{"one side", 1408, 0, 1408, 0},
 		{"no more than the path MTU", 1024, 1024, 0, 0},
 	} {
