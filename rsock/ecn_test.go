@@ -2,7 +2,6 @@ package rsock
 
 import (
 	"io"
-	"net"
 	"testing"
 )
 
@@ -37,17 +36,8 @@ func TestECNNegotiated(t *testing.T) {
 			if got, want := ea.Params().ECN, tc.cfgA.ECN && !tc.cfgA.NoCongestionControl && !tc.cfgA.GoBackN; got != want {
 				t.Errorf("endpoint offers ECN %v, want %v", got, want)
 			}
-			addrA := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
-			addrB := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
-			sa, err := ea.Connect(eb.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrA, RemoteAddr: addrB})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sa, sb := connectEndpoints(t, ea, eb)
 			defer sa.Close()
-			sb, err := eb.Connect(ea.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrB, RemoteAddr: addrA})
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer sb.Close()
 			data := make([]byte, 2<<20)
 			errc := make(chan error, 1)

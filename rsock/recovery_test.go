@@ -184,48 +184,21 @@ func TestPacketMTUNegotiated(t *testing.T) {
 			if got := ea.Params().PacketMTU; got != tc.offered {
 				t.Fatalf("endpoint offers packet MTU %d, want %d", got, tc.offered)
 			}
-			addrA := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
-			addrB := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
-			sa, err := ea.Connect(eb.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrA, RemoteAddr: addrB})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sa, sb := connectEndpoints(t, ea, eb)
 			defer sa.Close()
-			sb, err := eb.Connect(ea.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrB, RemoteAddr: addrA})
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer sb.Close()
 			for _, s := range []*Stream{sa, sb} {
 				if st := s.Stats().QP; st.PacketMTU != tc.want || st.PathMTU != 1024 {
 					t.Fatalf("packet MTU %d, path MTU %d; want %d, 1024", st.PacketMTU, st.PathMTU, tc.want)
 				}
 			}
-			data := make([]byte, 4<<20)
-			r := rand.New(rand.NewPCG(9, 10))
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
 			before := a.dev.Counters().SentPackets
-			errc := make(chan error, 1)
-			go func() {
-				_, err := sa.Write(data)
-				errc <- err
-			}()
-			got := make([]byte, len(data))
-			if _, err := io.ReadFull(sb, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-errc; err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, data) {
-				t.Fatal("data differs")
-			}
+			const n = 4 << 20
+			sendVerified(t, sa, sb, n, 9)
 			// Every packet but a write's last is full; control messages
 			// and resends add a few.
 			payload := max(tc.want, 1024)
-			least := uint64(len(data) / payload)
+			least := uint64(n / payload)
 			if n := a.dev.Counters().SentPackets - before; n < least || n > least+least/8 {
 				t.Errorf("4 MiB took %d packets, want %d to %d (%d bytes each)", n, least, least+least/8, payload)
 			}

@@ -59,6 +59,13 @@ func streamPair(t testing.TB, a, b *testDev, cfg Config) (*Stream, *Stream) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return connectEndpoints(t, ea, eb)
+}
+
+// connectEndpoints connects two endpoints to each other, each with the
+// other's Params as a handshake would pass them.
+func connectEndpoints(t testing.TB, ea, eb *Endpoint) (*Stream, *Stream) {
+	t.Helper()
 	addrA := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
 	addrB := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
 	sa, err := ea.Connect(eb.Params(), ConnectOptions{Net: "tcp", LocalAddr: addrA, RemoteAddr: addrB})
@@ -70,6 +77,32 @@ func streamPair(t testing.TB, a, b *testDev, cfg Config) (*Stream, *Stream) {
 		t.Fatal(err)
 	}
 	return sa, sb
+}
+
+// sendVerified writes n random bytes (from seed) on sa and checks that
+// sb reads them back intact.
+func sendVerified(t testing.TB, sa, sb *Stream, n int, seed uint64) {
+	t.Helper()
+	data := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sa.Write(data)
+		errc <- err
+	}()
+	got := make([]byte, n)
+	if _, err := io.ReadFull(sb, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("data differs")
+	}
 }
 
 func devPair(t testing.TB) (*testDev, *testDev) {
