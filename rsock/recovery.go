@@ -30,8 +30,8 @@ func recoveryFor(local, peer Params) recovery {
 }
 
 // ringWindow is the most request packets a stream can have in flight
-// toward a peer ring of ringSize bytes and depth receive requests at a
-// path MTU of mtu bytes: the ring's bytes in full packets, and one
+// toward a peer ring of ringSize bytes and depth receive requests at mtu
+// bytes per packet (the path MTU's, or the packet MTU): the ring's bytes in full packets, and one
 // partial packet for each of the two WRITEs a message may take (at the
 // ring's end it wraps) and for each control SEND.
 func ringWindow(ringSize, mtu, depth int) int {
