@@ -12,6 +12,13 @@
 # forwards frame by frame (no GRO), so the queue holds, counts and drops
 # MTU frames, as a router's does. The receiver keeps its defaults.
 #
+# RPS=1 (the default) steers each veth's received packets to a CPU by
+# flow hash (rps_cpus on every veth, all CPUs), as a NIC's RSS keeps a flow
+# on one queue. Without it a veth hands a packet to the backlog of the CPU
+# that sent it, so a sender whose thread moves between CPUs has its flow
+# reordered at the router: at 1 Gbit/s with a 20 ms queue, 28% of rsock's
+# packets arrived out of order (RPS=0, the first versions of this bench).
+#
 # tbf's queue holds RATE × QUEUE plus the burst (iproute2 sets its limit
 # so), so a "2 ms" queue holds 2 ms plus 64 KiB: 7.2 ms at 100 Mbit/s,
 # 3.3 ms at 400 Mbit/s, 2.5 ms at 1 Gbit/s (the progress line says).
@@ -43,7 +50,7 @@
 # set CE on ("-" without ECN=1).
 #
 # Settings (environment):
-#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router  ECN=0  ECN_K=1ms
+#   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router  ECN=0  ECN_K=1ms  RPS=1
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
@@ -76,6 +83,14 @@ CASES="${CASES:-tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock}"
 TOPOLOGY="${TOPOLOGY:-router}"
 ECN="${ECN:-0}"
 ECN_K="${ECN_K:-1ms}"
+RPS="${RPS:-1}"
+case "$RPS" in
+0 | 1) ;;
+*)
+	echo "bottleneck-bench: RPS=$RPS: 0 or 1" >&2
+	exit 1
+	;;
+esac
 export RSOCK_LINK="${RSOCK_LINK:-udp}"
 case "$TOPOLOGY" in
 router | direct) ;;
@@ -161,6 +176,22 @@ else
 	QNS="$R"
 	QDEV=veth-rb
 	SERVER=10.77.1.2
+fi
+# rps NS DEV: steer DEV's received packets to a CPU by flow hash.
+rps() {
+	local q
+	for q in $(ip netns exec "$1" sh -c "ls -d /sys/class/net/$2/queues/rx-*"); do
+		ip netns exec "$1" sh -c "echo $rpsmask > $q/rps_cpus"
+	done
+}
+if [ "$RPS" = 1 ]; then
+	rpsmask=$(printf '%x' $(((1 << $(nproc)) - 1)))
+	rps "$A" veth-a
+	rps "$B" veth-b
+	if [ "$TOPOLOGY" != direct ]; then
+		rps "$R" veth-ra
+		rps "$R" veth-rb
+	fi
 fi
 
 # bottleneck RATE QUEUE: a fresh token bucket on the queue's device
@@ -288,7 +319,7 @@ flows() {
 	done
 }
 
-echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY" >&2
+echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY, RPS=$RPS" >&2
 echo "| rate | queue | case | goodput GB/s | drops at the bottleneck | rsock's share | Jain's index | CE marks |"
 echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
 IFS=, read -r -a rates <<<"$RATES"
