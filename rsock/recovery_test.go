@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"testing"
+
+	"github.com/rsock-go/rsock/internal/verbstest"
 )
 
 // TestRecoveryFor: each loss-recovery feature is used only when both
@@ -116,10 +118,7 @@ func TestWideSACKNegotiated(t *testing.T) {
 				t.Errorf("send window %d packets, want %d", got, tc.window)
 			}
 			data := make([]byte, 16<<20)
-			r := rand.New(rand.NewPCG(7, 8))
-			for i := range data {
-				data[i] = byte(r.Uint32())
-			}
+			verbstest.FillRandom(rand.New(rand.NewPCG(7, 8)), data)
 			errc := make(chan error, 1)
 			go func() {
 				_, err := sa.Write(data)

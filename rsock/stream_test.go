@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/nettest"
 
+	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
 	"github.com/rsock-go/rsock/verbs/softroce"
 	"github.com/rsock-go/rsock/verbs/softroce/link/udp"
@@ -84,10 +85,7 @@ func connectEndpoints(t testing.TB, ea, eb *Endpoint) (*Stream, *Stream) {
 func sendVerified(t testing.TB, sa, sb *Stream, n int, seed uint64) {
 	t.Helper()
 	data := make([]byte, n)
-	r := rand.New(rand.NewPCG(seed, seed+1))
-	for i := range data {
-		data[i] = byte(r.Uint32())
-	}
+	verbstest.FillRandom(rand.New(rand.NewPCG(seed, seed+1)), data)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := sa.Write(data)
