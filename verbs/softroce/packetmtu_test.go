@@ -91,13 +91,15 @@ func TestPacketMTUQP(t *testing.T) {
 			if c.faults != noFaults {
 				return
 			}
-			before := a.dev.Counters().SentPackets
+			before := a.dev.Counters()
 			id++
 			a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 1<<20)},
 				RemoteAddr: b.mr.Addr() + 2<<20, RKey: b.mr.RKey()})
 			expectWC(t, a.scq, id, verbs.WCRDMAWrite, verbs.WCSuccess)
-			if n := a.dev.Counters().SentPackets - before; n != (1<<20+1407)/1408 {
-				t.Fatalf("a 1 MiB WRITE took %d packets, want %d", n, (1<<20+1407)/1408)
+			// Resends (spurious ones, on a loaded host) are not counted.
+			after := a.dev.Counters()
+			if n := (after.SentPackets - before.SentPackets) - (after.Retransmits - before.Retransmits); n != (1<<20+1407)/1408 {
+				t.Fatalf("a 1 MiB WRITE took %d packets besides resends, want %d", n, (1<<20+1407)/1408)
 			}
 		})
 	}
