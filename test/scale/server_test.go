@@ -90,7 +90,13 @@ func runServer(spec string) int {
 	if err != nil {
 		return fail("listening", err)
 	}
-	lc := netconn.ListenConfig{Link: a.link}
+	// Every client here is an rsock dialer, so a longer sniff costs no
+	// plain client its greeting. With the default 200 ms, a dialer whose
+	// preface CI's load delayed past it (32 dials in flight under -race)
+	// was taken for a silent plain client: its late preface resets that
+	// connection on the first echo read (fallback.ErrLatePreface), and its
+	// redial lands after the server has stopped accepting.
+	lc := netconn.ListenConfig{Link: a.link, SniffTimeout: 5 * time.Second}
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return fail("listening", err)
