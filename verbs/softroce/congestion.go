@@ -45,8 +45,10 @@ import (
 //     competes on loss alone, as CUBIC does (cubic.go: back to 0.7 of the
 //     window per lossy round, growth along CUBIC's curve or Reno's line,
 //     whichever is ahead), until the queue is seen drained for
-//     drainRounds round trips in a row (Copa's mode switch, with
-//     hysteresis). Linux's TCP runs CUBIC, so the same response to the
+//     drainRounds round trips in a row, and for as long as it last
+//     stood (Copa's mode switch, with hysteresis): a loss-based flow
+//     drains a short queue after each of its reductions, for a shorter
+//     time than it then keeps it full. Linux's TCP runs CUBIC, so the same response to the
 //     same losses takes the same share; an earlier, firmer rule (0.8 and
 //     a 32nd of the window per round trip) took 0.69 to 0.73 of a
 //     100 Mbit/s link from a TCP flow.
@@ -114,8 +116,11 @@ const (
 	// draining below half the target, for the controller to compete as
 	// Reno does instead of yielding to delay.
 	competeRounds = 12
-	// drainRounds is how many drained round trips in a row end competing.
-	drainRounds = 4
+	// drainRounds is how many drained round trips in a row end competing,
+	// if they also last as long as the queue last stood, up to
+	// maxDrainWait.
+	drainRounds  = 4
+	maxDrainWait = int64(time.Second)
 	// hystartSamples is how many round trips a round must have sampled,
 	// all behind a queue over the target, for slow start to end within
 	// it (RFC 9406's N_RTT_SAMPLE).
@@ -162,6 +167,9 @@ type delayGated struct {
 	rate       float64 // cwnd per round trip at the last round's end, packets per ns; 0 unknown
 	standRate  float64 // the delivery rate when the queue last began to stand
 	drained    int     // while competing: drained rounds in a row
+	standStart int64   // when the queue last began to stand (ns)
+	stood      int64   // how long it stood before the drained rounds (ns)
+	drainStart int64   // when the drained rounds began (ns)
 
 	cubic      cubic            // the window function while competing
 	cuts       [maxCuts]lossCut // the latest reductions for loss, by cutSeq modulo maxCuts (congestion_undo.go)
@@ -332,6 +340,9 @@ func (c *delayGated) endRound(high uint32) {
 	target := c.target()
 	switch {
 	case c.qdelay > target:
+		if c.undrained == 0 || c.drained > 0 {
+			c.standStart = c.roundStart
+		}
 		c.drained = 0
 		if c.undrained == 0 {
 			c.standRate = c.rate
@@ -342,9 +353,16 @@ func (c *delayGated) endRound(high uint32) {
 		}
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
-		// Competing ends after drainRounds drained rounds in a row, so
-		// that a competitor's dip does not hand it the queue.
-		if c.drained++; c.drained >= drainRounds {
+		// Competing ends once the queue has been drained for drainRounds
+		// rounds in a row and for as long as it last stood (up to
+		// maxDrainWait), so that a competitor's dip does not hand it the
+		// queue: a loss-based flow empties a short queue for a few round
+		// trips after each of its reductions, and at a 2 ms queue
+		// drainRounds alone passed within each of TCP's recoveries.
+		if c.drained == 0 {
+			c.drainStart, c.stood = c.roundStart, c.roundStart-c.standStart
+		}
+		if c.drained++; c.drained >= drainRounds && c.now-c.drainStart >= min(c.stood, maxDrainWait) {
 			c.undrained = 0
 		}
 	default:

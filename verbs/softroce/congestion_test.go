@@ -142,7 +142,8 @@ func TestCongestionGrowth(t *testing.T) {
 // TestCongestionCompete: a queue that stands although the window shrank
 // is another flow's: after competeRounds the controller stops yielding to
 // delay and backs off only on loss, to 0.7; drainRounds drained rounds in
-// a row end that, one does not.
+// a row, as long as the queue last stood, end that; fewer, or shorter, do
+// not.
 func TestCongestionCompete(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(3, baseRTT, 0)
@@ -171,9 +172,46 @@ func TestCongestionCompete(t *testing.T) {
 	if !s.c.competing() {
 		t.Fatalf("%d drained rounds ended competing", drainRounds-1)
 	}
-	s.rounds(drainRounds, baseRTT, 0)
+	// The queue has stood since the second of those full rounds (the
+	// first looked drained) and stands ten more, about 56 ms. Drained
+	// rounds for less time than that keep competing, however many they
+	// are: a competitor that fills queues drains a short one for a while
+	// after each of its reductions.
+	s.rounds(10, full, 0)
+	stood := 11 * full
+	s.round(baseRTT, 0) // looks full still: two rounds' least
+	short := stood - 2*time.Millisecond
+	s.rounds(int(short/baseRTT), baseRTT, 0)
+	if !s.c.competing() {
+		t.Fatalf("%v of drained rounds after a queue that stood for %v ended competing", short, stood)
+	}
+	// As long as it stood ends it.
+	s.rounds(int(4*time.Millisecond/baseRTT), baseRTT, 0)
 	if s.c.competing() {
-		t.Fatalf("still competing after %d drained rounds", drainRounds)
+		t.Fatalf("still competing after the queue was drained for %v, longer than it stood", short+4*time.Millisecond)
+	}
+}
+
+// TestCongestionCompeteEndsWithinMaxDrainWait: after a queue that stood
+// for seconds, competing ends once it has been drained for maxDrainWait.
+func TestCongestionCompeteEndsWithinMaxDrainWait(t *testing.T) {
+	s := newCCSim(512)
+	s.rounds(3, baseRTT, 0)
+	s.full(400)
+	full := baseRTT + 5*time.Millisecond
+	s.rounds(int(5*time.Second/full), full, 0) // within minRTTWindow, so still a queue
+	if !s.c.competing() {
+		t.Fatal("not competing after five seconds at a full queue")
+	}
+	s.round(baseRTT, 0) // looks full still: two rounds' least
+	drained := time.Duration(maxDrainWait) - 2*time.Millisecond
+	s.rounds(int(drained/baseRTT), baseRTT, 0)
+	if !s.c.competing() {
+		t.Fatalf("competing ended after %v drained, less than maxDrainWait", drained)
+	}
+	s.rounds(int(4*time.Millisecond/baseRTT), baseRTT, 0)
+	if s.c.competing() {
+		t.Fatalf("still competing after %v drained", time.Duration(maxDrainWait)+2*time.Millisecond)
 	}
 }
 
