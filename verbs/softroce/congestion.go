@@ -45,10 +45,10 @@ import (
 //     competes on loss alone, as CUBIC does (cubic.go: back to 0.7 of the
 //     window per lossy round, growth along CUBIC's curve or Reno's line,
 //     whichever is ahead), until the queue is seen drained for
-//     drainRounds round trips in a row, and for as long as it last
-//     stood (Copa's mode switch, with hysteresis): a loss-based flow
-//     drains a short queue after each of its reductions, for a shorter
-//     time than it then keeps it full. Linux's TCP runs CUBIC, so the same response to the
+//     drainRounds round trips in a row, and for as long as the flow
+//     had competed, up to maxDrainWait (Copa's mode switch, with
+//     hysteresis): a loss-based flow drains a short queue after each of
+//     its reductions, for a shorter time than it then keeps it full. Linux's TCP runs CUBIC, so the same response to the
 //     same losses takes the same share; an earlier, firmer rule (0.8 and
 //     a 32nd of the window per round trip) took 0.69 to 0.73 of a
 //     100 Mbit/s link from a TCP flow.
@@ -117,7 +117,7 @@ const (
 	// Reno does instead of yielding to delay.
 	competeRounds = 12
 	// drainRounds is how many drained round trips in a row end competing,
-	// if they also last as long as the queue last stood, up to
+	// if they also last as long as the flow had competed, up to
 	// maxDrainWait.
 	drainRounds  = 4
 	maxDrainWait = int64(time.Second)
@@ -155,21 +155,22 @@ type delayGated struct {
 	// another's standing queue and would take the queue for the path.
 	pathRTT int64
 
-	roundEnd   uint32 // the round ends once this PSN is acknowledged
-	roundMin   int64  // the least round trip sampled in the round; 0 none
-	samples    int    // round trips sampled in the round
-	lastMin    int64  // the same of the previous round
-	hold       int    // rounds left whose losses answer for the last reduction
-	roundAcked int
-	roundLost  int
-	qdelay     int64   // the queueing delay of the last round that had a sample
-	undrained  int     // rounds since the queue was last seen drained
-	rate       float64 // cwnd per round trip at the last round's end, packets per ns; 0 unknown
-	standRate  float64 // the delivery rate when the queue last began to stand
-	drained    int     // while competing: drained rounds in a row
-	standStart int64   // when the queue last began to stand (ns)
-	stood      int64   // how long it stood before the drained rounds (ns)
-	drainStart int64   // when the drained rounds began (ns)
+	roundEnd     uint32 // the round ends once this PSN is acknowledged
+	roundMin     int64  // the least round trip sampled in the round; 0 none
+	samples      int    // round trips sampled in the round
+	lastMin      int64  // the same of the previous round
+	hold         int    // rounds left whose losses answer for the last reduction
+	roundAcked   int
+	roundLost    int
+	qdelay       int64   // the queueing delay of the last round that had a sample
+	undrained    int     // rounds since the queue was last seen drained
+	rate         float64 // cwnd per round trip at the last round's end, packets per ns; 0 unknown
+	standRate    float64 // the delivery rate when the queue last began to stand
+	drained      int     // while competing: drained rounds in a row
+	standStart   int64   // when the queue last began to stand (ns)
+	competeSince int64   // while competing: when the queue that began it began to stand (ns)
+	stood        int64   // while competing: how long since then, when the drained rounds began (ns)
+	drainStart   int64   // when the drained rounds began (ns)
 
 	cubic      cubic            // the window function while competing
 	cuts       [maxCuts]lossCut // the latest reductions for loss, by cutSeq modulo maxCuts (congestion_undo.go)
@@ -350,17 +351,19 @@ func (c *delayGated) endRound(high uint32) {
 		if c.undrained == competeRounds-1 {
 			// Competing begins: CUBIC's curve starts from this window.
 			c.cubic.reset()
+			c.competeSince = c.standStart
 		}
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
 		// Competing ends once the queue has been drained for drainRounds
-		// rounds in a row and for as long as it last stood (up to
-		// maxDrainWait), so that a competitor's dip does not hand it the
-		// queue: a loss-based flow empties a short queue for a few round
-		// trips after each of its reductions, and at a 2 ms queue
+		// rounds in a row and for as long as the queue had stood when it
+		// did (since competing began, with the rounds that began it; up
+		// to maxDrainWait), so that a competitor's dip does not hand it
+		// the queue: a loss-based flow empties a short queue for a few
+		// round trips after each of its reductions, and at a 2 ms queue
 		// drainRounds alone passed within each of TCP's recoveries.
 		if c.drained == 0 {
-			c.drainStart, c.stood = c.roundStart, c.roundStart-c.standStart
+			c.drainStart, c.stood = c.roundStart, c.roundStart-c.competeSince
 		}
 		if c.drained++; c.drained >= drainRounds && c.now-c.drainStart >= min(c.stood, maxDrainWait) {
 			c.undrained = 0

@@ -149,7 +149,9 @@ func TestCongestionCompete(t *testing.T) {
 	s.rounds(3, baseRTT, 0)
 	s.full(400)
 	full := baseRTT + 5*time.Millisecond
-	s.rounds(competeRounds+1, full, 0)
+	s.round(full, 0) // looks drained still: two rounds' least
+	since := s.now   // the queue stands from the next round on
+	s.rounds(competeRounds, full, 0)
 	s.full(400)
 	s.c.cubic.reset() // CUBIC's epoch begins at the window set here
 	if !s.c.competing() {
@@ -166,29 +168,32 @@ func TestCongestionCompete(t *testing.T) {
 		t.Fatalf("competing, a loss: reduced to %d from %d, want %d", got, w, want)
 	}
 	// Fewer drained rounds in a row than drainRounds (a full round after
-	// a drained one still looks drained: two rounds' least) keep it.
-	s.rounds(drainRounds-2, baseRTT, 0)
-	s.rounds(2, full, 0)
-	if !s.c.competing() {
+	// a drained one still looks drained: two rounds' least) keep it,
+	// even after a queue that stood only briefly.
+	short := newCCSim(512)
+	short.rounds(3, baseRTT, 0)
+	short.full(400)
+	short.rounds(competeRounds+1, full, 0)
+	short.rounds(drainRounds-2, baseRTT, 0)
+	short.rounds(2, full, 0)
+	if !short.c.competing() {
 		t.Fatalf("%d drained rounds ended competing", drainRounds-1)
 	}
-	// The queue has stood since the second of those full rounds (the
-	// first looked drained) and stands ten more, about 56 ms. Drained
-	// rounds for less time than that keep competing, however many they
-	// are: a competitor that fills queues drains a short one for a while
-	// after each of its reductions.
+	// Drained rounds for less time than the queue had stood since
+	// competing began keep it, however many they are: a competitor that
+	// fills queues drains a short one for a while after each of its
+	// reductions.
 	s.rounds(10, full, 0)
-	stood := 11 * full
-	s.round(baseRTT, 0) // looks full still: two rounds' least
-	short := stood - 2*time.Millisecond
-	s.rounds(int(short/baseRTT), baseRTT, 0)
+	stood := time.Duration(s.now - since)
+	brief := stood - 2*time.Millisecond
+	s.rounds(int(brief/baseRTT), baseRTT, 0)
 	if !s.c.competing() {
-		t.Fatalf("%v of drained rounds after a queue that stood for %v ended competing", short, stood)
+		t.Fatalf("%v of drained rounds after a queue that stood for %v ended competing", brief, stood)
 	}
 	// As long as it stood ends it.
 	s.rounds(int(4*time.Millisecond/baseRTT), baseRTT, 0)
 	if s.c.competing() {
-		t.Fatalf("still competing after the queue was drained for %v, longer than it stood", short+4*time.Millisecond)
+		t.Fatalf("still competing after the queue was drained for %v, longer than it stood (%v)", brief+4*time.Millisecond, stood)
 	}
 }
 
