@@ -112,9 +112,9 @@ const (
 	// it shrinks the window without loss, and above which a loss counts
 	// as congestion; minRTT/2 when that is longer.
 	targetDelay = int64(time.Millisecond)
-	// competeRounds is how many round trips a queue must stand, without
-	// draining below half the target, for the controller to compete as
-	// Reno does instead of yielding to delay.
+	// competeRounds is how many round trips in a row the queue must stand
+	// over the target for the controller to compete as CUBIC does instead
+	// of yielding to delay.
 	competeRounds = 12
 	// drainRounds is how many drained round trips in a row end competing,
 	// if they also last as long as the flow had competed, up to
