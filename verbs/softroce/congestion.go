@@ -48,8 +48,9 @@ import (
 //     drainRounds round trips in a row, and for as long as the flow
 //     had competed, up to maxDrainWait (Copa's mode switch, with
 //     hysteresis): a loss-based flow drains a short queue after each of
-//     its reductions, for a shorter time than it then keeps it full. Linux's TCP runs CUBIC, so the same response to the
-//     same losses takes the same share; an earlier, firmer rule (0.8 and
+//     its reductions, for a shorter time than it then keeps it full.
+//     Linux's TCP runs CUBIC, so the same response to the same losses
+//     takes the same share; an earlier, firmer rule (0.8 and
 //     a 32nd of the window per round trip) took 0.69 to 0.73 of a
 //     100 Mbit/s link from a TCP flow.
 //   - A reduction is not repeated for the round trip after it, whose
@@ -169,8 +170,7 @@ type delayGated struct {
 	drained      int     // while competing: drained rounds in a row
 	standStart   int64   // when the queue last began to stand (ns)
 	competeSince int64   // while competing: when the queue that began it began to stand (ns)
-	stood        int64   // while competing: how long since then, when the drained rounds began (ns)
-	drainStart   int64   // when the drained rounds began (ns)
+	drainStart   int64   // while competing: when the drained rounds began (ns)
 
 	cubic      cubic            // the window function while competing
 	cuts       [maxCuts]lossCut // the latest reductions for loss, by cutSeq modulo maxCuts (congestion_undo.go)
@@ -341,12 +341,9 @@ func (c *delayGated) endRound(high uint32) {
 	target := c.target()
 	switch {
 	case c.qdelay > target:
-		if c.undrained == 0 || c.drained > 0 {
-			c.standStart = c.roundStart
-		}
 		c.drained = 0
 		if c.undrained == 0 {
-			c.standRate = c.rate
+			c.standRate, c.standStart = c.rate, c.roundStart
 		}
 		if c.undrained == competeRounds-1 {
 			// Competing begins: CUBIC's curve starts from this window.
@@ -356,16 +353,17 @@ func (c *delayGated) endRound(high uint32) {
 		c.undrained = min(c.undrained+1, competeRounds)
 	case c.competing():
 		// Competing ends once the queue has been drained for drainRounds
-		// rounds in a row and for as long as the queue had stood when it
-		// did (since competing began, with the rounds that began it; up
-		// to maxDrainWait), so that a competitor's dip does not hand it
-		// the queue: a loss-based flow empties a short queue for a few
-		// round trips after each of its reductions, and at a 2 ms queue
-		// drainRounds alone passed within each of TCP's recoveries.
+		// rounds in a row and for as long as the flow had competed
+		// before (counted from when the queue that began it began to
+		// stand; up to maxDrainWait), so that a competitor's dip does not
+		// hand it the queue: a loss-based flow empties a short queue for
+		// a few round trips after each of its reductions, and at a 2 ms
+		// queue drainRounds alone passed within each of TCP's recoveries.
 		if c.drained == 0 {
-			c.drainStart, c.stood = c.roundStart, c.roundStart-c.competeSince
+			c.drainStart = c.roundStart
 		}
-		if c.drained++; c.drained >= drainRounds && c.now-c.drainStart >= min(c.stood, maxDrainWait) {
+		competed := c.drainStart - c.competeSince
+		if c.drained++; c.drained >= drainRounds && c.now-c.drainStart >= min(competed, maxDrainWait) {
 			c.undrained = 0
 		}
 	default:

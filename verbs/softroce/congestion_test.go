@@ -142,8 +142,8 @@ func TestCongestionGrowth(t *testing.T) {
 // TestCongestionCompete: a queue that stands although the window shrank
 // is another flow's: after competeRounds the controller stops yielding to
 // delay and backs off only on loss, to 0.7; drainRounds drained rounds in
-// a row, as long as the queue last stood, end that; fewer, or shorter, do
-// not.
+// a row, lasting as long as it had competed, end that; fewer, or shorter,
+// do not.
 func TestCongestionCompete(t *testing.T) {
 	s := newCCSim(512)
 	s.rounds(3, baseRTT, 0)
