@@ -55,7 +55,9 @@
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
 #   DIAG=1 (after each case, print to stderr the UDP buffer errors at the
-#   sender and the receiver and every veth's drops: loss that is not the
+#   sender and the receiver, both rsock ends' stats a second before the
+#   end (rsockbench stat: cwnd, resends, spurious resends, timeouts) and
+#   every veth's drops: loss that is not the
 #   bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
@@ -247,7 +249,7 @@ port=18600
 # flows CASE PORT NAME: runs the case's flows together, on ports from PORT up;
 # prints "transport gbps" per flow, in order.
 flows() {
-	local i=0 kinds=() servers=() clients=() files=() port=$2
+	local i=0 kinds=() servers=() clients=() files=() stats=() port=$2
 	IFS=+ read -r -a kinds <<<"$1"
 	for k in "${kinds[@]}"; do
 		port=$((port + 2))
@@ -271,8 +273,10 @@ flows() {
 	for k in "${kinds[@]}"; do
 		p=$((p + 2))
 		rm -f "$tmp/flow$i.json"
+		local cdbg=()
+		[ -n "${DIAG:-}" ] && cdbg=(-debug-addr "127.0.0.1:$((p + 2000))")
 		ip netns exec "$A" "$bench" client -addr "$SERVER:$p" -transports "$k" -modes stream \
-			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" >"$tmp/client$i.out" 2>&1 &
+			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" "${cdbg[@]}" >"$tmp/client$i.out" 2>&1 &
 		clients+=($!)
 		pids+=($!)
 		files+=("$tmp/flow$i.json")
@@ -285,11 +289,19 @@ flows() {
 		for k in "${kinds[@]}"; do
 			q=$((q + 2))
 			j=$((j + 1))
-			[ "$k" = rsock ] && (sleep "$(awk -v d="${DURATION%s}" 'BEGIN{print (d > 2 ? d - 1 : 1)}')"; ip netns exec "$B" "$bench" stat -addr "127.0.0.1:$((q + 1000))" >"$tmp/stat$j.out" 2>&1) &
+			if [ "$k" = rsock ]; then
+				local at
+				at=$(awk -v d="${DURATION%s}" 'BEGIN{print (d > 2 ? d - 1 : 1)}')
+				(sleep "$at"; ip netns exec "$B" "$bench" stat -addr "127.0.0.1:$((q + 1000))" >"$tmp/stat$j.out" 2>&1) &
+				stats+=($!)
+				(sleep "$at"; ip netns exec "$A" "$bench" stat -addr "127.0.0.1:$((q + 2000))" >"$tmp/sstat$j.out" 2>&1) &
+				stats+=($!)
+			fi
 		done
 	fi
 	for c in "${clients[@]}"; do wait "$c" || true; done
-	wait
+	# Not a bare wait: a server whose client failed never ends by itself.
+	for s in "${stats[@]}"; do wait "$s" || true; done
 	if [ -n "${LOGDIR:-}" ]; then
 		mkdir -p "$LOGDIR"
 		for j in $(seq 0 $((i - 1))); do
@@ -300,7 +312,8 @@ flows() {
 	if [ -n "${DIAG:-}" ]; then
 		for ns in "$A" "$B"; do echo "diag $ns: $(ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpSndbufErrors UdpInErrors 2>/dev/null | awk 'NR>1{printf "%s=%s ", $1, $2}')" >&2; done
 		cat "$tmp"/stat*.out 2>/dev/null | sed 's/^/diag receiver: /' >&2
-		rm -f "$tmp"/stat*.out
+		cat "$tmp"/sstat*.out 2>/dev/null | sed 's/^/diag sender: /' >&2
+		rm -f "$tmp"/stat*.out "$tmp"/sstat*.out
 		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
 	for s in "${servers[@]}"; do

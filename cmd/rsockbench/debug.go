@@ -45,7 +45,7 @@ func serveDebug(addr string, w io.Writer) (stop func(), err error) {
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintf(w, "rsockbench server: debug endpoint: %v\n", err)
+			fmt.Fprintf(w, "rsockbench: debug endpoint: %v\n", err)
 		}
 	}()
 	fmt.Fprintf(w, "%s%s\n", debugPrefix, ln.Addr())

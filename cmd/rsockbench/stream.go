@@ -127,11 +127,11 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	fs.BoolVar(&f.verify, "verify", false, "send a deterministic pseudo-random stream, checked byte for byte by the server")
 	if cmd != "local" {
 		fs.BoolVar(&f.counters, "counters", false, "at exit, print the RDMA device counters of the process (netconn.Counters) on stderr,\nas one JSON line after \""+countersPrefix+"\"")
+		fs.StringVar(&f.debugAddr, "debug-addr", "", "serve /debug/vars (expvar, with rsock's snapshot) and /metrics (Prometheus) over HTTP on this address;\n'rsockbench stat -addr ADDR' prints them")
 	}
 	if cmd == "server" {
 		fs.StringVar(&f.tcpAddr, "tcp-addr", "", "plain TCP address (default: -addr's IP, port+1; ephemeral if -addr's port is 0)")
 		fs.IntVar(&f.sessions, "sessions", 0, "exit after serving this many client sessions (0: serve until interrupted)")
-		fs.StringVar(&f.debugAddr, "debug-addr", "", "serve /debug/vars (expvar, with rsock's snapshot) and /metrics (Prometheus) over HTTP on this address;\n'rsockbench stat -addr ADDR' prints them")
 		return fs
 	}
 	if cmd == "client" {
@@ -303,6 +303,15 @@ func runClient(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "rsockbench client: %v\n", err)
 		return exitUsage
+	}
+	if f.debugAddr != "" {
+		// Announced on stderr: stdout is the tables (or -json -).
+		stopDebug, err := serveDebug(f.debugAddr, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "rsockbench client: -debug-addr: %v\n", err)
+			return exitFail
+		}
+		defer stopDebug()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
