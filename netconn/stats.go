@@ -70,9 +70,11 @@ type ConnStats struct {
 	DupEchoesRecv   uint64 `json:"dup_echoes_recv,omitempty"`
 	CongestionUndos uint64 `json:"congestion_undos,omitempty"`
 	// Retransmits are request packets sent again; Timeouts local ACK
-	// timeouts.
-	Retransmits uint64 `json:"retransmits,omitempty"`
-	Timeouts    uint64 `json:"timeouts,omitempty"`
+	// timeouts, SpuriousTimeouts those of them proved needless (the
+	// acknowledgement was late, not lost).
+	Retransmits      uint64 `json:"retransmits,omitempty"`
+	Timeouts         uint64 `json:"timeouts,omitempty"`
+	SpuriousTimeouts uint64 `json:"spurious_timeouts,omitempty"`
 	// SeqNAKsSent and SeqNAKsRecv are PSN sequence NAKs sent to and
 	// received from the peer; RNRNAKsSent and RNRNAKsRecv receiver-not-
 	// ready NAKs.
@@ -124,6 +126,7 @@ func (c *Conn) Stats() ConnStats {
 	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends
 	st.DupEchoesRecv, st.CongestionUndos = q.Counters.DupEchoesRecv, q.Counters.CongestionUndos
 	st.Retransmits, st.Timeouts = q.Counters.Retransmits, q.Counters.Timeouts
+	st.SpuriousTimeouts = q.Counters.SpuriousTimeouts
 	st.SeqNAKsSent, st.SeqNAKsRecv = q.Counters.SeqNAKsSent, q.Counters.SeqNAKsRecv
 	st.RNRNAKsSent, st.RNRNAKsRecv = q.Counters.RNRNAKsSent, q.Counters.RNRNAKsRecv
 	st.CreditStalls, st.SendRingStalls = s.CreditStalls, s.SendRingStalls

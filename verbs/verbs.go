@@ -146,6 +146,11 @@ type Counters struct {
 	DupEchoesSent   uint64
 	DupEchoesRecv   uint64
 	CongestionUndos uint64
+	// SpuriousTimeouts counts local ACK timeouts (selective repeat, with
+	// duplicate echoes) whose first resend the peer reported receiving
+	// twice: the acknowledgement was late, not lost. Each raises the
+	// queue pair's retransmission-timeout floor for a while.
+	SpuriousTimeouts uint64
 }
 
 // Add adds o's counts to c.
@@ -181,6 +186,7 @@ func (c *Counters) Add(o Counters) {
 	c.DupEchoesSent += o.DupEchoesSent
 	c.DupEchoesRecv += o.DupEchoesRecv
 	c.CongestionUndos += o.CongestionUndos
+	c.SpuriousTimeouts += o.SpuriousTimeouts
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses

@@ -146,7 +146,7 @@ func rdmaDetails(c netconn.ConnStats) string {
 		fmt.Fprintf(&b, " reordering:%d spurious:%d", c.Reordering, c.SpuriousResends)
 	}
 	if c.DupEchoesRecv > 0 {
-		fmt.Fprintf(&b, " dup_echoes_recv:%d cong_undos:%d", c.DupEchoesRecv, c.CongestionUndos)
+		fmt.Fprintf(&b, " dup_echoes_recv:%d cong_undos:%d spurious_timeouts:%d", c.DupEchoesRecv, c.CongestionUndos, c.SpuriousTimeouts)
 	}
 	fmt.Fprintf(&b, " bytes_sent:%d bytes_received:%d retrans:%d timeouts:%d naks_sent:%d naks_recv:%d rnr_sent:%d rnr_recv:%d credit_stalls:%d sendring_stalls:%d",
 		c.BytesWritten, c.BytesRead, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
@@ -179,11 +179,11 @@ func counterFields(c verbs.Counters) string {
 		"malformed %d unknown_qp %d wrong_peer %d retry_exceeded_err %d retry_rnr_exceeded_err %d completion_queue_overrun %d "+
 		"send_errors %d out_of_order %d unexpected_responses %d out_of_sequence %d congestion_events %d "+
 		"ecn_capable_recv %d ecn_ce_recv %d ecn_echoes_sent %d ecn_echoes_recv %d ecn_marks_echoed %d "+
-		"dup_echoes_sent %d dup_echoes_recv %d congestion_undos %d",
+		"dup_echoes_sent %d dup_echoes_recv %d congestion_undos %d spurious_timeouts %d",
 		c.SentPackets, c.RecvPackets, c.Retransmits, c.Timeouts, c.SeqNAKsSent, c.SeqNAKsRecv,
 		c.RNRNAKsSent, c.RNRNAKsRecv, c.ICRCErrors, c.ICRCUnverified, c.Duplicates, c.AccessErrors,
 		c.Malformed, c.UnknownQP, c.WrongPeer, c.RetryExceeded, c.RNRRetryExceeded, c.CQOverruns,
 		c.SendErrors, c.OutOfOrder, c.UnexpectedResponses, c.OutOfSequence, c.CongestionEvents,
 		c.ECNCapableRecv, c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed,
-		c.DupEchoesSent, c.DupEchoesRecv, c.CongestionUndos)
+		c.DupEchoesSent, c.DupEchoesRecv, c.CongestionUndos, c.SpuriousTimeouts)
 }

@@ -53,6 +53,7 @@ var deviceCounters = []struct {
 	{"rsock_device_received_packets_total", "Packets the device received from its link.", func(c *verbs.Counters) uint64 { return c.RecvPackets }},
 	{"rsock_device_retransmits_total", "Request packets sent again.", func(c *verbs.Counters) uint64 { return c.Retransmits }},
 	{"rsock_device_timeouts_total", "Local ACK timeouts.", func(c *verbs.Counters) uint64 { return c.Timeouts }},
+	{"rsock_device_spurious_timeouts_total", "Local ACK timeouts whose acknowledgement proved late, not lost.", func(c *verbs.Counters) uint64 { return c.SpuriousTimeouts }},
 	{"rsock_device_seq_naks_sent_total", "PSN sequence NAKs sent.", func(c *verbs.Counters) uint64 { return c.SeqNAKsSent }},
 	{"rsock_device_seq_naks_received_total", "PSN sequence NAKs received.", func(c *verbs.Counters) uint64 { return c.SeqNAKsRecv }},
 	{"rsock_device_rnr_naks_sent_total", "Receiver-not-ready NAKs sent.", func(c *verbs.Counters) uint64 { return c.RNRNAKsSent }},

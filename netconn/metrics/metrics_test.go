@@ -79,7 +79,7 @@ func TestWriteParses(t *testing.T) {
 		Devices: []netconn.DeviceState{{
 			Name: "dev\"1\\\n", Provider: "softroce", Link: "udp",
 			Counters: verbs.Counters{SentPackets: 10, Retransmits: 3, SeqNAKsRecv: 2, ICRCErrors: 1,
-				ECNCERecv: 7, ECNMarksEchoed: 6},
+				ECNCERecv: 7, ECNMarksEchoed: 6, SpuriousTimeouts: 8},
 			RegisteredBytes: 1 << 20,
 			Conns:           make([]netconn.ConnStats, 2),
 		}},
@@ -101,6 +101,7 @@ func TestWriteParses(t *testing.T) {
 		"rsock_device_icrc_errors_total" + dev:                   1,
 		"rsock_device_ecn_ce_received_total" + dev:               7,
 		"rsock_device_ecn_marks_echoed_total" + dev:              6,
+		"rsock_device_spurious_timeouts_total" + dev:             8,
 		"rsock_device_connections" + dev:                         2,
 		"rsock_device_registered_bytes" + dev:                    1 << 20,
 		"rsock_tcp_connections":                                  3,

@@ -41,6 +41,7 @@ const (
 	cDupEchoesSent
 	cDupEchoesRecv
 	cCongestionUndos
+	cSpuriousTimeouts
 	numCounters
 )
 
@@ -85,5 +86,7 @@ func (c *counters) snapshot() verbs.Counters {
 		DupEchoesSent:   c[cDupEchoesSent].Load(),
 		DupEchoesRecv:   c[cDupEchoesRecv].Load(),
 		CongestionUndos: c[cCongestionUndos].Load(),
+
+		SpuriousTimeouts: c[cSpuriousTimeouts].Load(),
 	}
 }

@@ -113,6 +113,15 @@ func (q *QP) onDupEcho(pkt *wire.Packet) {
 	if at == 0 {
 		return
 	}
+	if c := &q.comp; c.timeoutAt != 0 && at >= c.timeoutAt &&
+		psnDiff(psn, c.timeoutPSN) >= 0 && psnDiff(psn, c.timeoutEnd) < 0 {
+		// A resend of the last timeout's arrived twice: what the timeout
+		// took for lost was acknowledged late (echoes report the newest
+		// duplicate, not each).
+		q.comp.timeoutAt = 0
+		q.comp.rtoFloor.spurious(nanotime())
+		q.count(cSpuriousTimeouts, 1)
+	}
 	if q.comp.win.onSpuriousResends(int(credit), at) {
 		q.count(cCongestionUndos, 1)
 		q.runRequester()

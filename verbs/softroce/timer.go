@@ -74,15 +74,16 @@ const minRTO = int64(2 * time.Millisecond)
 
 // selectiveRTO is the retransmission timeout of a selective-repeat QP,
 // whose peer is another rsock (the extension is negotiated): the RFC 6298
-// estimate from measured round trips, at least minRTO and at most the
-// configured ACK timeout cfg, doubled for each timeout without progress up
-// to 64 times cfg. A timeout costs little (only the PSNs not known to have
-// arrived are sent again), so it need not wait for the IBTA's minimum,
-// which on a datacenter path is thousands of round trips.
+// estimate from measured round trips, at least the floor (minRTO, raised
+// after spurious timeouts: rtofloor.go) and at most the configured ACK
+// timeout cfg, doubled for each timeout without progress up to 64 times
+// cfg. A timeout costs little (only the PSNs not known to have arrived
+// are sent again), so it need not wait for the IBTA's minimum, which on a
+// datacenter path is thousands of round trips.
 func (q *QP) selectiveRTO(cfg int64) int64 {
 	t := cfg
 	if rto := q.comp.rtt.timeout(); rto > 0 {
-		t = min(max(rto, minRTO), cfg)
+		t = min(max(rto, q.comp.rtoFloor.at(nanotime())), cfg)
 	}
 	return min(t<<min(q.comp.backoff, 20), cfg<<maxBackoffShift)
 }
@@ -200,6 +201,7 @@ func (q *QP) onTimer() {
 					sb.forget()
 				}
 				sb.timedOut()
+				q.comp.timeoutPSN, q.comp.timeoutEnd, q.comp.timeoutAt = oldest, q.req.highPSN, now
 				q.repair()
 			} else {
 				// Go-back-N; with selective repeat also for a READ or
