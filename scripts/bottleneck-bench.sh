@@ -51,6 +51,10 @@
 #
 # Settings (environment):
 #   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router  ECN=0  ECN_K=1ms  RPS=1
+#   TCP_CC=cubic (the TCP flows' congestion control, rsockbench client
+#   -tcp-cc: a namespace runs the host's default, which is not CUBIC
+#   everywhere; this machine's was bbr, and every table before this
+#   setting measured rsock against BBR)
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
 #   LOGDIR=DIR (keep each client's output there)
@@ -86,6 +90,16 @@ TOPOLOGY="${TOPOLOGY:-router}"
 ECN="${ECN:-0}"
 ECN_K="${ECN_K:-1ms}"
 RPS="${RPS:-1}"
+TCP_CC="${TCP_CC:-cubic}"
+case " $(sysctl -n net.ipv4.tcp_available_congestion_control) " in
+*" $TCP_CC "*) ;;
+*)
+	if ! modprobe "tcp_$TCP_CC" 2>/dev/null; then
+		echo "bottleneck-bench: TCP_CC=$TCP_CC: not available (net.ipv4.tcp_available_congestion_control: $(sysctl -n net.ipv4.tcp_available_congestion_control))" >&2
+		exit 1
+	fi
+	;;
+esac
 case "$RPS" in
 0 | 1) ;;
 *)
@@ -124,8 +138,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "bottleneck-bench: building rsockbench" >&2
-if [ -n "${RSOCKBENCH:-}" ]; then cp "$RSOCKBENCH" "$tmp/rsockbench"; else go build -o "$tmp/rsockbench" ./cmd/rsockbench; fi
+if [ -n "${RSOCKBENCH:-}" ]; then
+	cp "$RSOCKBENCH" "$tmp/rsockbench"
+else
+	echo "bottleneck-bench: building rsockbench" >&2
+	go build -o "$tmp/rsockbench" ./cmd/rsockbench
+fi
 bench="$tmp/rsockbench"
 if [ "$ECN" = 1 ]; then
 	echo "bottleneck-bench: building ecnmark" >&2
@@ -276,7 +294,7 @@ flows() {
 		local cdbg=()
 		[ -n "${DIAG:-}" ] && cdbg=(-debug-addr "127.0.0.1:$((p + 2000))")
 		ip netns exec "$A" "$bench" client -addr "$SERVER:$p" -transports "$k" -modes stream \
-			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" "${cdbg[@]}" >"$tmp/client$i.out" 2>&1 &
+			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" -tcp-cc "$TCP_CC" "${cdbg[@]}" >"$tmp/client$i.out" 2>&1 &
 		clients+=($!)
 		pids+=($!)
 		files+=("$tmp/flow$i.json")
@@ -332,7 +350,7 @@ flows() {
 	done
 }
 
-echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY, RPS=$RPS" >&2
+echo "bottleneck-bench: $(uname -r), $(nproc) CPUs, MTU $MTU, $DURATION per case, topology $TOPOLOGY, RPS=$RPS, TCP $TCP_CC" >&2
 echo "| rate | queue | case | goodput GB/s | drops at the bottleneck | rsock's share | Jain's index | CE marks |"
 echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |"
 IFS=, read -r -a rates <<<"$RATES"

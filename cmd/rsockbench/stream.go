@@ -81,6 +81,7 @@ const (
 // streamFlags holds the flags of local, server and client.
 type streamFlags struct {
 	addr, tcpAddr, provider, link, host     string
+	tcpCC                                   string
 	sizes, conns, modes, transports, nbytes string
 	jsonPath, plotPath, cpuProfile          string
 	debugAddr                               string
@@ -136,6 +137,7 @@ func newStreamFlagSet(cmd string, f *streamFlags, stderr io.Writer) *flag.FlagSe
 	}
 	if cmd == "client" {
 		fs.StringVar(&f.tcpAddr, "tcp-addr", "", "the server's plain TCP address (default: -addr's host, the port the server announces)")
+		fs.StringVar(&f.tcpCC, "tcp-cc", "", "congestion control of the plain TCP connections, e.g. cubic or bbr (TCP_CONGESTION, Linux; default: the system's)")
 	} else {
 		fs.BoolVar(&f.verbose, "v", false, "show the server child's output on stderr")
 		fs.IntVar(&f.procs, "procs", 0, "GOMAXPROCS of both processes, for TCP and rsock alike (0: Go's default, one per CPU)")
@@ -439,7 +441,7 @@ func isTerminal(w io.Writer) bool {
 // streamClient runs the sweep against the server at addr and writes the
 // tables, the -json records and the -plot chart.
 func streamClient(ctx context.Context, f *streamFlags, s *streambench.Sweep, addr string, stdout, stderr io.Writer) error {
-	c, err := streambench.Dial(ctx, streambench.ClientConfig{Addr: addr, TCPAddr: f.tcpAddr, Provider: f.provider, Link: f.link, Timeout: f.timeout})
+	c, err := streambench.Dial(ctx, streambench.ClientConfig{Addr: addr, TCPAddr: f.tcpAddr, Provider: f.provider, Link: f.link, Timeout: f.timeout, TCPCongestion: f.tcpCC})
 	if err != nil {
 		return err
 	}

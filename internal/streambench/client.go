@@ -31,6 +31,10 @@ type ClientConfig struct {
 	Link string
 	// Timeout bounds each wait for the server; default DefaultTimeout.
 	Timeout time.Duration
+	// TCPCongestion, if set, is the congestion control of the plain TCP
+	// data connections (TCP_CONGESTION on Linux: reno, cubic, bbr, as
+	// loaded); empty leaves the system's default.
+	TCPCongestion string
 }
 
 // Client is one session with a server: a control connection over which
@@ -339,6 +343,9 @@ func (c *Client) dialData(ctx context.Context, p *Point, id uint32) ([]net.Conn,
 			dc, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
 		} else {
 			var d net.Dialer
+			if c.cfg.TCPCongestion != "" {
+				d.Control = tcpCongestionControl(c.cfg.TCPCongestion)
+			}
 			dc, err = d.DialContext(ctx, "tcp", c.tcpAddr)
 		}
 		if err != nil {
