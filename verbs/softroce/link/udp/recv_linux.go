@@ -38,6 +38,7 @@ type rxScratch struct {
 	gso       int
 	src       netip.AddrPort
 	ecn       link.ECN
+	rxTime    int64
 
 	// ids holds how the ICRC changes with the IPv4 ID, by packet length.
 	ids idCache
@@ -371,7 +372,8 @@ func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 		n := size - wire.ICRCLen
 		p.N = n
 		p.Addr = src
-		_, p.ECN = parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+		c := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+		p.ECN, p.RxTime = c.ecn, c.rxTime
 		p.ICRC = l.checkICRC(s, src, p.Buf[:n], wire.ICRCOf(p.Buf[n:size]), 0)
 		j++
 	}
@@ -393,21 +395,28 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 		l.drops.Add(1)
 		return false
 	}
-	gso, ecn := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+	c := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+	gso := c.gso
 	if gso <= 0 || gso >= size {
 		gso = size
 	}
-	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn = true, 0, 0, gso, src, ecn
+	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn, s.rxTime = true, 0, 0, gso, src, c.ecn, c.rxTime
 	return true
 }
 
-// parseControl reads a received message's control messages: the segment
-// size of a coalesced message (UDP_GRO; 0 if none) and the ECN codepoint
-// of its TOS or traffic class (IP_TOS, IPV6_TCLASS; Not-ECT if none). The
-// kernel coalesces only datagrams with the same TOS (inet_gro_receive and
-// ipv6_gro_receive flush on a difference), so the one codepoint is every
-// segment's.
-func parseControl(ctl []byte) (gso int, ecn link.ECN) {
+// rxControl is what a received message's control messages say.
+type rxControl struct {
+	gso    int      // the segment size of a coalesced message (UDP_GRO); 0 if none
+	ecn    link.ECN // the ECN codepoint of its TOS or traffic class; Not-ECT if none
+	rxTime int64    // when the kernel received it (SO_TIMESTAMPNS, Unix ns); 0 if not said
+}
+
+// parseControl reads a received message's control messages: UDP_GRO,
+// IP_TOS or IPV6_TCLASS, SCM_TIMESTAMPNS. The kernel coalesces only
+// datagrams with the same TOS (inet_gro_receive and ipv6_gro_receive
+// flush on a difference), so the one codepoint is every segment's; the
+// timestamp is the coalesced message's first datagram's.
+func parseControl(ctl []byte) (c rxControl) {
 	for len(ctl) > 0 {
 		ch, data, rest, err := unix.ParseOneSocketControlMessage(ctl)
 		if err != nil {
@@ -415,15 +424,21 @@ func parseControl(ctl []byte) (gso int, ecn link.ECN) {
 		}
 		switch {
 		case ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4:
-			gso = int(int32(binary.NativeEndian.Uint32(data)))
+			c.gso = int(int32(binary.NativeEndian.Uint32(data)))
 		case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TOS && len(data) >= 1:
-			ecn = link.ECN(data[0] & 3)
+			c.ecn = link.ECN(data[0] & 3)
 		case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
+			c.ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
+		case ch.Level == unix.SOL_SOCKET && ch.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
+			sec := int64(binary.NativeEndian.Uint64(data))
+			nsec := int64(binary.NativeEndian.Uint64(data[8:]))
+			if sec > 0 && nsec >= 0 && nsec < 1e9 {
+				c.rxTime = sec*1e9 + nsec
+			}
 		}
 		ctl = rest
 	}
-	return gso, ecn
+	return c
 }
 
 // drain splits received GRO messages into pkts, from where the last call
@@ -460,7 +475,7 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 		n := seg - wire.ICRCLen
 		p.N = n
 		p.Addr = s.src
-		p.ECN = s.ecn
+		p.ECN, p.RxTime = s.ecn, s.rxTime
 		p.ICRC = l.checkICRC(s, s.src, data[:n], wire.ICRCOf(data[n:seg]), idx)
 		j++
 	}
