@@ -34,9 +34,6 @@ type completerState struct {
 	// timeoutAt when it fired, until a duplicate echo proves one of its
 	// resends spurious (timeoutAt 0).
 	rtoFloor               rtoFloor
-	// arrivedAt is when the response being handled arrived (the link's
-	// receive stamp on the engine's clock), 0 when not known.
-	arrivedAt int64
 	timeoutPSN, timeoutEnd uint32
 	timeoutAt              int64
 
@@ -243,7 +240,7 @@ func (q *QP) ackUpTo(psn uint32) (askedAgain bool) {
 				// own arrival a lost selective NAK left unreported.
 				q.comp.rtt.discard()
 			} else {
-				q.ccSample(psn, q.ackArrival())
+				q.ccSample(psn, nanotime())
 			}
 			sb.acked(q.comp.ackedPSN, psn)
 		}
@@ -288,19 +285,6 @@ func (q *QP) askAgain(psn uint32) {
 		q.comp.readPSN = psn
 	}
 	q.goBack(psn)
-}
-
-// ackArrival is when the response being handled arrived: its receive
-// stamp, or now. The congestion controller's round trips end there, so
-// that they measure the path and the peer, not how late this engine's
-// receive loop got to the response (on a host whose CPUs are saturated,
-// milliseconds, which the controller took for queueing and CUBIC's
-// Reno-friendly growth paid for: it grows per round trip).
-func (q *QP) ackArrival() int64 {
-	if t := q.comp.arrivedAt; t != 0 {
-		return t
-	}
-	return nanotime()
 }
 
 // progress resets the retry counters and the ACK timer after the peer

@@ -2,12 +2,11 @@ package softroce
 
 import (
 	"errors"
-	"runtime"
-	"sync"
-	"time"
 
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
+	"runtime"
+	"sync"
 )
 
 // receiver is the device's receive loop: it reads packets in batches,
@@ -19,10 +18,6 @@ type receiver struct {
 	out  []link.Packet
 	outN int
 	owed []*QP // QPs that owe a coalesced ACK
-	// mono and wall are the engine's clock (nanotime) and the Unix time
-	// read together at the start of the batch, to put the kernel's
-	// receive stamps (link.Packet.RxTime) on the engine's clock.
-	mono, wall int64
 	// busy is held while a batch is handled and its responses sent, so
 	// that Device.Close lets a batch finish before it closes the link.
 	busy sync.Mutex
@@ -85,8 +80,6 @@ func (rx *receiver) process(pkts []link.Packet) {
 	if rx.d.capture != nil {
 		rx.d.capture.received(rx.d.link.LocalAddr(), pkts)
 	}
-	now := time.Now()
-	rx.mono, rx.wall = int64(now.Sub(epoch)), now.UnixNano()
 	for i := range pkts {
 		rx.handle(&pkts[i])
 	}
@@ -147,28 +140,8 @@ func (rx *receiver) handle(p *link.Packet) {
 		q.noteECN(p.ECN, rx)
 		q.respond(&pkt, rx)
 	} else {
-		q.comp.arrivedAt = rx.arrival(p)
 		q.complete(&pkt)
-		q.comp.arrivedAt = 0
 	}
-}
-
-// maxStampAge bounds how long before a batch a kernel receive stamp is
-// believed: an older one (a wall clock stepped back) is ignored.
-const maxStampAge = int64(time.Second)
-
-// arrival is when p arrived, on the engine's clock: the kernel's stamp
-// when the link gave one that lies within maxStampAge before the batch
-// began, else 0 (not known).
-func (rx *receiver) arrival(p *link.Packet) int64 {
-	if p.RxTime == 0 {
-		return 0
-	}
-	age := rx.wall - p.RxTime
-	if age < 0 || age > maxStampAge {
-		return 0
-	}
-	return rx.mono - age
 }
 
 // reserve makes room for n more responses, sending those built so far if

@@ -119,7 +119,7 @@ func (q *QP) onSelectiveNAK(psn uint32, pkt *wire.Packet) {
 		if psnDiff(p, q.comp.ackedPSN) > 0 && !sb.isSacked(p) {
 			sb.sack(p)
 			q.comp.rtt.arrived(p, now)
-			q.ccSample(p, q.ackArrival())
+			q.ccSample(p, now)
 		}
 	}
 	q.comp.win.onLoss(psn, q.req.highPSN)

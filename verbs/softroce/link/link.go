@@ -96,12 +96,6 @@ type Packet struct {
 	// the codepoint the packet arrived with, on links that read it (udp,
 	// dpdk); others leave ECNNotECT.
 	ECN ECN
-	// RxTime is when the packet arrived, in Unix nanoseconds as the
-	// kernel stamped it (udp: SO_TIMESTAMPNS), set by Recv on links that
-	// read it; 0 when not known. The engine times acknowledgements from
-	// it, so that a receive loop that was late to run does not lengthen
-	// the round trips it measures.
-	RxTime int64
 	// Tail, when not nil, is the rest of the packet, left where it is
 	// instead of copied: the packet is Buf[:N] (then only its headers,
 	// BTH through the extended transport headers) followed by Tail (the

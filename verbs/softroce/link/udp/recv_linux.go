@@ -38,7 +38,6 @@ type rxScratch struct {
 	gso       int
 	src       netip.AddrPort
 	ecn       link.ECN
-	rxTime    int64
 
 	// ids holds how the ICRC changes with the IPv4 ID, by packet length.
 	ids idCache
@@ -372,8 +371,7 @@ func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 		n := size - wire.ICRCLen
 		p.N = n
 		p.Addr = src
-		c := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
-		p.ECN, p.RxTime = c.ecn, c.rxTime
+		_, p.ECN = parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
 		p.ICRC = l.checkICRC(s, src, p.Buf[:n], wire.ICRCOf(p.Buf[n:size]), 0)
 		j++
 	}
@@ -395,28 +393,21 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 		l.drops.Add(1)
 		return false
 	}
-	c := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
-	gso := c.gso
+	gso, ecn := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
 	if gso <= 0 || gso >= size {
 		gso = size
 	}
-	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn, s.rxTime = true, 0, 0, gso, src, c.ecn, c.rxTime
+	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn = true, 0, 0, gso, src, ecn
 	return true
 }
 
-// rxControl is what a received message's control messages say.
-type rxControl struct {
-	gso    int      // the segment size of a coalesced message (UDP_GRO); 0 if none
-	ecn    link.ECN // the ECN codepoint of its TOS or traffic class; Not-ECT if none
-	rxTime int64    // when the kernel received it (SO_TIMESTAMPNS, Unix ns); 0 if not said
-}
-
-// parseControl reads a received message's control messages: UDP_GRO,
-// IP_TOS or IPV6_TCLASS, SCM_TIMESTAMPNS. The kernel coalesces only
-// datagrams with the same TOS (inet_gro_receive and ipv6_gro_receive
-// flush on a difference), so the one codepoint is every segment's; the
-// timestamp is the coalesced message's first datagram's.
-func parseControl(ctl []byte) (c rxControl) {
+// parseControl reads a received message's control messages: the segment
+// size of a coalesced message (UDP_GRO; 0 if none) and the ECN codepoint
+// of its TOS or traffic class (IP_TOS, IPV6_TCLASS; Not-ECT if none). The
+// kernel coalesces only datagrams with the same TOS (inet_gro_receive and
+// ipv6_gro_receive flush on a difference), so the one codepoint is every
+// segment's.
+func parseControl(ctl []byte) (gso int, ecn link.ECN) {
 	for len(ctl) > 0 {
 		ch, data, rest, err := unix.ParseOneSocketControlMessage(ctl)
 		if err != nil {
@@ -424,21 +415,15 @@ func parseControl(ctl []byte) (c rxControl) {
 		}
 		switch {
 		case ch.Level == unix.SOL_UDP && ch.Type == unix.UDP_GRO && len(data) >= 4:
-			c.gso = int(int32(binary.NativeEndian.Uint32(data)))
+			gso = int(int32(binary.NativeEndian.Uint32(data)))
 		case ch.Level == unix.IPPROTO_IP && ch.Type == unix.IP_TOS && len(data) >= 1:
-			c.ecn = link.ECN(data[0] & 3)
+			ecn = link.ECN(data[0] & 3)
 		case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(data) >= 4:
-			c.ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
-		case ch.Level == unix.SOL_SOCKET && ch.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
-			sec := int64(binary.NativeEndian.Uint64(data))
-			nsec := int64(binary.NativeEndian.Uint64(data[8:]))
-			if sec > 0 && nsec >= 0 && nsec < 1e9 {
-				c.rxTime = sec*1e9 + nsec
-			}
+			ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
 		}
 		ctl = rest
 	}
-	return c
+	return gso, ecn
 }
 
 // drain splits received GRO messages into pkts, from where the last call
@@ -475,7 +460,7 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 		n := seg - wire.ICRCLen
 		p.N = n
 		p.Addr = s.src
-		p.ECN, p.RxTime = s.ecn, s.rxTime
+		p.ECN = s.ecn
 		p.ICRC = l.checkICRC(s, s.src, data[:n], wire.ICRCOf(data[n:seg]), idx)
 		j++
 	}

@@ -40,15 +40,14 @@ const (
 // Control message sizes: UDP_SEGMENT carries a uint16, UDP_GRO an int,
 // IP_TOS an int on send and a byte on receive, IPV6_TCLASS an int. A send
 // message carries up to UDP_SEGMENT and a TOS; a received one up to
-// UDP_GRO, a TOS (with room to spare) and a receive timestamp
-// (SCM_TIMESTAMPNS, a struct timespec).
+// UDP_GRO and a TOS (with room to spare).
 var (
 	txCtlLen      = unix.CmsgLen(2)
 	txCtlSegSpace = unix.CmsgSpace(2)
 	txCtlTOSLen   = unix.CmsgLen(4)
 	txCtlTOSSpace = unix.CmsgSpace(4)
 	txCtlSpace    = txCtlSegSpace + txCtlTOSSpace
-	rxCtlSpace    = 3*unix.CmsgSpace(4) + unix.CmsgSpace(16)
+	rxCtlSpace    = 3 * unix.CmsgSpace(4)
 )
 
 // Link is a link.Link over a kernel UDP socket. Create it with Listen.
@@ -202,11 +201,6 @@ func setSockopts(fd int, is4 bool, cfg Config) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 			return fmt.Errorf("setsockopt IPV6_RECVTCLASS: %w", err)
 		}
-	}
-	// Report when the kernel received each datagram: the engine times
-	// acknowledgements from their arrival, not from when it got to them.
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
-		return fmt.Errorf("setsockopt SO_TIMESTAMPNS: %w", err)
 	}
 	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.RecvBuffer); err != nil {
 		return fmt.Errorf("setsockopt SO_RCVBUF: %w", err)
