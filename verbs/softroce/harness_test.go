@@ -20,18 +20,23 @@ type linkKind struct {
 }
 
 var pipeLinks = linkKind{"pipe", func(t testing.TB, f pipe.Faults) (link.Link, link.Link) {
-	n := pipe.NewNetwork(f)
-	t.Cleanup(func() { n.Close() })
-	a, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a, b := pipeNetwork(t, f)
 	return a, b
 }}
+
+// pipeNetwork makes a pipe network with faults f and its two endpoints,
+// 192.0.2.1 and 192.0.2.2, closed when the test ends.
+func pipeNetwork(t testing.TB, f pipe.Faults) (n *pipe.Network, a, b *pipe.Endpoint) {
+	t.Helper()
+	n = pipe.NewNetwork(f)
+	t.Cleanup(func() { n.Close() })
+	var err error
+	a, err = n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
+	must(t, err)
+	b, err = n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
+	must(t, err)
+	return n, a, b
+}
 
 // extraLinks are link kinds that build-tagged test files add (dpdk_test.go)
 // for the tests that run over every kind of link.

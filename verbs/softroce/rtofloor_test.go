@@ -1,7 +1,6 @@
 package softroce
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 
@@ -47,12 +46,7 @@ func floorPair(t *testing.T) (a, b *node, n *pipe.Network) {
 	t.Helper()
 	o := pairOpts{selective: true, congestion: true, dupEcho: true, timeout: 16, mtu: verbs.MTU1024} // ~270 ms configured
 	o.defaults()
-	n = pipe.NewNetwork(pipe.Faults{})
-	t.Cleanup(func() { n.Close() })
-	la, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
-	must(t, err)
-	lb, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
-	must(t, err)
+	n, la, lb := pipeNetwork(t, pipe.Faults{})
 	a, b = newNode(t, la, o), newNode(t, lb, o)
 	connect(t, a, b, o)
 	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 64<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

@@ -2,7 +2,6 @@ package softroce
 
 import (
 	"bytes"
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,12 +310,7 @@ func cutPair(t *testing.T, mkWR func(a *node) verbs.SendWR) (a, b *node) {
 	t.Helper()
 	o := pairOpts{mtu: verbs.MTU1024, timeout: 18} // ~1 s ACK timeout: no timeouts meanwhile
 	o.defaults()
-	n := pipe.NewNetwork(pipe.Faults{})
-	t.Cleanup(func() { n.Close() })
-	la, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
-	must(t, err)
-	lb, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
-	must(t, err)
+	n, la, lb := pipeNetwork(t, pipe.Faults{})
 	a, b = newNode(t, la, o), newNode(t, lb, o)
 	connect(t, a, b, o)
 	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 8<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

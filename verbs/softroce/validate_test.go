@@ -2,7 +2,6 @@ package softroce
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -103,12 +102,7 @@ func stalledPairWide(t *testing.T, selective, wide bool) (a, b *node, mend func(
 	t.Helper()
 	o := pairOpts{selective: selective, wide: wide && selective, timeout: 16, mtu: verbs.MTU1024} // ~270 ms ACK timeout
 	o.defaults()
-	n := pipe.NewNetwork(pipe.Faults{})
-	t.Cleanup(func() { n.Close() })
-	la, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.1:4791"))
-	must(t, err)
-	lb, err := n.Endpoint(netip.MustParseAddrPort("192.0.2.2:4791"))
-	must(t, err)
+	n, la, lb := pipeNetwork(t, pipe.Faults{})
 	a, b = newNode(t, la, o), newNode(t, lb, o)
 	connect(t, a, b, o)
 	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 8<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
