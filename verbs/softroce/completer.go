@@ -30,12 +30,14 @@ type completerState struct {
 	backoff  uint8 // selective repeat: timeouts since the last progress
 	rtoArmed int64 // selective repeat: the timeout last armed (ns)
 	// rtoFloor is the selective timeout's floor (rtofloor.go). After a
-	// timeout, [timeoutPSN, timeoutEnd) are the PSNs it could resend and
-	// timeoutAt when it fired, until a duplicate echo proves one of its
-	// resends spurious (timeoutAt 0).
-	rtoFloor               rtoFloor
-	timeoutPSN, timeoutEnd uint32
-	timeoutAt              int64
+	// timeout, [timeoutPSN, timeoutEnd) are the PSNs it could resend,
+	// timeoutAt when it fired (0 once judged), and timeoutResends and
+	// timeoutDups the resends of those PSNs since and the duplicates the
+	// peer reported of them.
+	rtoFloor                    rtoFloor
+	timeoutPSN, timeoutEnd      uint32
+	timeoutAt                   int64
+	timeoutResends, timeoutDups uint64
 
 	// readWait is set after a READ was asked again from readPSN: gaps are
 	// ignored until the new response stream starts, since responses to

@@ -113,14 +113,16 @@ func (q *QP) onDupEcho(pkt *wire.Packet) {
 	if at == 0 {
 		return
 	}
-	if c := &q.comp; c.timeoutAt != 0 && at >= c.timeoutAt &&
-		psnDiff(psn, c.timeoutPSN) >= 0 && psnDiff(psn, c.timeoutEnd) < 0 {
-		// A resend of the last timeout's arrived twice: what the timeout
-		// took for lost was acknowledged late (echoes report the newest
-		// duplicate, not each).
-		q.comp.timeoutAt = 0
-		q.comp.rtoFloor.spurious(nanotime())
-		q.count(cSpuriousTimeouts, 1)
+	if c := &q.comp; c.timeoutAt != 0 && at >= c.timeoutAt && c.inTimeoutSpan(psn) {
+		// Every resend since the last timeout arrived twice: nothing it
+		// took for lost was lost; the acknowledgements were late. (With
+		// one real loss among them, as under heavy random loss, the
+		// floor stays: a higher one would only slow its recovery.)
+		if c.timeoutDups += credit; c.timeoutDups >= c.timeoutResends {
+			c.timeoutAt = 0
+			c.rtoFloor.spurious(nanotime())
+			q.count(cSpuriousTimeouts, 1)
+		}
 	}
 	if q.comp.win.onSpuriousResends(int(credit), at) {
 		q.count(cCongestionUndos, 1)

@@ -310,6 +310,9 @@ func (q *QP) notePSNSent(psn uint32) {
 	if again {
 		q.count(cRetransmits, 1)
 		q.noteResent()
+		if c := &q.comp; c.timeoutAt != 0 && c.inTimeoutSpan(psn) {
+			c.timeoutResends++
+		}
 		if r := &q.comp.rtt; r.timing && r.psn == psn {
 			r.discard() // Karn: no sample from a packet sent twice
 		}

@@ -14,8 +14,11 @@ import "time"
 // timeout resent the window not yet acknowledged (36,894 resends in
 // 20 s, a third of them proved spurious).
 //
-// A timeout proves spurious when the peer reports (duplicate echo) that
-// a packet it resent arrived twice. Each such timeout doubles
+// A timeout proves spurious when the peer reports (duplicate echoes) that
+// every packet resent since, of those the timeout could resend, arrived
+// twice. One real loss among them (20% random loss at MTU 1500 made
+// most timeouts so) keeps the floor: there a higher floor only slowed the
+// recovery, from 0.95× TCP's goodput to 0.17×. Each such timeout doubles
 // the floor, from minRTO up to maxRTOFloor; the floor halves again for
 // each rtoFloorDecay without one, so that a stall that passed does not
 // slow the recovery of real tail losses for long. Timeouts whose resend
@@ -47,4 +50,10 @@ func (f *rtoFloor) at(now int64) int64 {
 func (f *rtoFloor) spurious(now int64) {
 	f.floor = min(2*f.at(now), maxRTOFloor)
 	f.raisedAt = now
+}
+
+// inTimeoutSpan reports whether psn lies among the PSNs the last timeout
+// could resend.
+func (c *completerState) inTimeoutSpan(psn uint32) bool {
+	return psnDiff(psn, c.timeoutPSN) >= 0 && psnDiff(psn, c.timeoutEnd) < 0
 }

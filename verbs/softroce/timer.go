@@ -201,7 +201,9 @@ func (q *QP) onTimer() {
 					sb.forget()
 				}
 				sb.timedOut()
-				q.comp.timeoutPSN, q.comp.timeoutEnd, q.comp.timeoutAt = oldest, q.req.highPSN, now
+				c := &q.comp
+				c.timeoutPSN, c.timeoutEnd, c.timeoutAt = oldest, q.req.highPSN, now
+				c.timeoutResends, c.timeoutDups = 0, 0
 				q.repair()
 			} else {
 				// Go-back-N; with selective repeat also for a READ or
