@@ -48,9 +48,10 @@ func (q *QP) armAckTimer() {
 		return
 	}
 	if q.comp.sb != nil {
-		t = q.selectiveRTO(t)
+		now := nanotime()
+		t = q.selectiveRTO(t, now)
 		q.comp.rtoArmed = t
-		q.comp.ackDeadline = nanotime() + t
+		q.comp.ackDeadline = now + t
 		q.armTimer()
 		return
 	}
@@ -79,11 +80,12 @@ const minRTO = int64(2 * time.Millisecond)
 // timeout cfg, doubled for each timeout without progress up to 64 times
 // cfg. A timeout costs little (only the PSNs not known to have arrived
 // are sent again), so it need not wait for the IBTA's minimum, which on a
-// datacenter path is thousands of round trips.
-func (q *QP) selectiveRTO(cfg int64) int64 {
+// datacenter path is thousands of round trips. now is the time the caller
+// arms it at.
+func (q *QP) selectiveRTO(cfg, now int64) int64 {
 	t := cfg
 	if rto := q.comp.rtt.timeout(); rto > 0 {
-		t = min(max(rto, q.comp.rtoFloor.at(nanotime())), cfg)
+		t = min(max(rto, q.comp.rtoFloor.at(now)), cfg)
 	}
 	return min(t<<min(q.comp.backoff, 20), cfg<<maxBackoffShift)
 }
