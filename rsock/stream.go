@@ -62,6 +62,7 @@ type Stream struct {
 	rfin       bool       // the peer will send no more data
 	peerClosed bool       // the peer closed
 	wclosed    bool       // CloseWrite was called
+	closeSent  bool       // CLOSE was posted: it is the last message
 	closed     bool       // Close was called
 	err        error      // the stream failed
 	// sendErr is a failed completion of one of our own sends, held until
@@ -516,9 +517,10 @@ func (s *Stream) sendControl(typ byte) bool {
 	if s.err != nil || s.closed || s.ctrlInUse == maxCtrlSends || !s.prod.CanSendControl() {
 		return false
 	}
-	if s.peerClosed {
-		// The peer is tearing its queue pair down: a message now would
-		// only be retried against nothing.
+	if s.peerClosed || s.closeSent {
+		// The peer is tearing its queue pair down, or will as soon as
+		// our CLOSE arrives: a message now would only be retried against
+		// nothing, and Close would wait for its acknowledgement in vain.
 		return false
 	}
 	k := s.ctrlNext
@@ -531,6 +533,7 @@ func (s *Stream) sendControl(typ byte) bool {
 	s.ctrlInUse++
 	s.ctrlNext = (s.ctrlNext + 1) % maxCtrlSends
 	s.lastSend = time.Now()
+	s.closeSent = typ == ctrlClose
 	return s.post(s.ctrlWRs[k][:]) == nil
 }
 

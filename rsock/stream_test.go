@@ -359,3 +359,34 @@ func TestWriteAfterPeerClose(t *testing.T) {
 		t.Fatalf("CloseWrite after the peer closed: %v", err)
 	}
 }
+
+// TestCloseWhileReceiving: a stream closed while its peer still writes
+// sends CLOSE as its last message. The peer tears its queue pair down as
+// soon as CLOSE arrives, so a credit update sent after it would never be
+// acknowledged, and Close would wait for it until CloseTimeout and fail.
+func TestCloseWhileReceiving(t *testing.T) {
+	a, b := devPair(t)
+	for i := range 30 {
+		sa, sb := streamPair(t, a, b, Config{RingSize: 16 << 10, CloseTimeout: time.Second})
+		werr := make(chan error, 1)
+		go func() {
+			msg := make([]byte, 64)
+			for {
+				if _, err := sb.Write(msg); err != nil {
+					werr <- err
+					sb.Close()
+					return
+				}
+			}
+		}()
+		if _, err := io.ReadFull(sa, make([]byte, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sa.Close(); err != nil {
+			t.Fatalf("round %d: Close while the peer writes: %v", i, err)
+		}
+		if err := <-werr; !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("round %d: the writer's error after the peer closed: %v", i, err)
+		}
+	}
+}
