@@ -60,9 +60,10 @@
 #   LOGDIR=DIR (keep each client's output there)
 #   DIAG=1 (after each case, print to stderr the UDP buffer errors at the
 #   sender and the receiver, both rsock ends' stats a second before the
-#   end (rsockbench stat: cwnd, resends, spurious resends, timeouts) and
-#   every veth's drops: loss that is not the
-#   bottleneck's)
+#   end (rsockbench stat: cwnd, resends, spurious resends, timeouts), the
+#   TCP flows' state at the sender at the same moment (ss -ti: cwnd, rtt,
+#   retransmits, what limited them) and every veth's drops: loss that is
+#   not the bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -307,9 +308,15 @@ flows() {
 		for k in "${kinds[@]}"; do
 			q=$((q + 2))
 			j=$((j + 1))
+			local at
+			at=$(awk -v d="${DURATION%s}" 'BEGIN{print (d > 2 ? d - 1 : 1)}')
+			if [ "$k" = tcp ]; then
+				# The TCP data flow's state at the sender (cwnd, rtt,
+				# retransmits, what limits it).
+				(sleep "$at"; ip netns exec "$A" ss -tinH dst "$SERVER:$((q + 1))" >"$tmp/tcpss$j.out" 2>&1) &
+				stats+=($!)
+			fi
 			if [ "$k" = rsock ]; then
-				local at
-				at=$(awk -v d="${DURATION%s}" 'BEGIN{print (d > 2 ? d - 1 : 1)}')
 				(sleep "$at"; ip netns exec "$B" "$bench" stat -addr "127.0.0.1:$((q + 1000))" >"$tmp/stat$j.out" 2>&1) &
 				stats+=($!)
 				(sleep "$at"; ip netns exec "$A" "$bench" stat -addr "127.0.0.1:$((q + 2000))" >"$tmp/sstat$j.out" 2>&1) &
@@ -331,7 +338,8 @@ flows() {
 		for ns in "$A" "$B"; do echo "diag $ns: $(ip netns exec "$ns" nstat -az UdpRcvbufErrors UdpSndbufErrors UdpInErrors 2>/dev/null | awk 'NR>1{printf "%s=%s ", $1, $2}')" >&2; done
 		cat "$tmp"/stat*.out 2>/dev/null | sed 's/^/diag receiver: /' >&2
 		cat "$tmp"/sstat*.out 2>/dev/null | sed 's/^/diag sender: /' >&2
-		rm -f "$tmp"/stat*.out "$tmp"/sstat*.out
+		cat "$tmp"/tcpss*.out 2>/dev/null | tr -s ' \t' ' ' | sed 's/^/diag tcp sender: /' >&2
+		rm -f "$tmp"/stat*.out "$tmp"/sstat*.out "$tmp"/tcpss*.out
 		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
 	for s in "${servers[@]}"; do
