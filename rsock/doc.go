@@ -19,7 +19,9 @@
 // processed. Credits are of two kinds, ring bytes and receive work
 // requests (each WRITE_WITH_IMM and SEND consumes one at the peer); a few
 // receive requests are reserved for control so that a credit update can
-// always be sent (package ring does the arithmetic).
+// always be sent (package ring does the arithmetic). CLOSE is the last
+// message a side sends: the peer destroys its queue pair once CLOSE
+// arrives, and anything sent after it would never be acknowledged.
 //
 // A slow reader makes the writer block; nothing is dropped and memory is
 // bounded by the rings. Errors are *net.OpError, deadlines return
