@@ -62,8 +62,10 @@
 #   sender and the receiver, both rsock ends' stats a second before the
 #   end (rsockbench stat: cwnd, resends, spurious resends, timeouts), the
 #   TCP flows' state at the sender at the same moment (ss -ti: cwnd, rtt,
-#   retransmits, what limited them) and every veth's drops: loss that is
-#   not the bottleneck's)
+#   retransmits, what limited them), the sender's TCP counters over the
+#   case (nstat: retransmitted segments, timeouts, loss probes, fast
+#   retransmits) and every veth's drops: loss that is not the
+#   bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -289,6 +291,8 @@ flows() {
 	done
 	i=0
 	local p=$((port - 2 * ${#kinds[@]}))
+	local tcpctr="TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes TcpExtTCPFastRetrans TcpExtTCPLostRetransmit TcpExtTCPSpuriousRTOs"
+	[ -n "${DIAG:-}" ] && ip netns exec "$A" nstat -az $tcpctr 2>/dev/null | awk 'NR>1{print $1, $2}' >"$tmp/tcpctr.before"
 	for k in "${kinds[@]}"; do
 		p=$((p + 2))
 		rm -f "$tmp/flow$i.json"
@@ -339,6 +343,10 @@ flows() {
 		cat "$tmp"/stat*.out 2>/dev/null | sed 's/^/diag receiver: /' >&2
 		cat "$tmp"/sstat*.out 2>/dev/null | sed 's/^/diag sender: /' >&2
 		cat "$tmp"/tcpss*.out 2>/dev/null | tr -s ' \t' ' ' | sed 's/^/diag tcp sender: /' >&2
+		# The sender's TCP counters over the case (every TCP flow of it):
+		# timeouts, tail-loss probes, fast retransmits.
+		echo "diag tcp counters: $(ip netns exec "$A" nstat -az $tcpctr 2>/dev/null | awk 'NR>1{print $1, $2}' |
+			awk 'NR==FNR{b[$1]=$2; next} {printf "%s=%d ", $1, $2-b[$1]}' "$tmp/tcpctr.before" -)" >&2
 		rm -f "$tmp"/stat*.out "$tmp"/sstat*.out "$tmp"/tcpss*.out
 		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
