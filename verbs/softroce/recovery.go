@@ -75,6 +75,7 @@ func (q *QP) repair() {
 		}
 	}
 	if budget < repairBurst {
+		sb.lossRecovery()
 		q.armAckTimer()
 		q.transmit()
 	}

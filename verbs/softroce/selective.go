@@ -33,6 +33,13 @@ const maxReorderPackets = 256
 // smoothed round trip: at most a whole round trip (RFC 8985, 6.2).
 const maxReorderMult = 4
 
+// reorderPersist is how many loss recoveries in a row without a spurious
+// resend bring the reordering thresholds back to where they started
+// (RFC 8985, 6.2: reo_wnd_persist). Reordering that a path showed once (a
+// sender that moved between CPUs, a route that changed) does not slow
+// every later loss's repair for the connection's life.
+const reorderPersist = 16
+
 // minReorderWindow is the least time by which a transmission that
 // arrived must have followed one that has not for that one to be lost
 // (RACK's reordering window, RFC 8985: a quarter of the smoothed round
@@ -180,7 +187,9 @@ type scoreboard struct {
 	// Linux's TCP raises its reordering degree and RACK its reo_wnd_mult
 	// on a DSACK (RFC 8985, 6.2). A veth between namespaces reorders
 	// dozens of packets when a sender moves between CPUs; taking each for
-	// lost cost a third of the goodput at a 400 Mbit/s bottleneck.
+	// lost cost a third of the goodput at a 400 Mbit/s bottleneck. They
+	// return to the start after reorderPersist loss recoveries without a
+	// spurious resend (lossRecovery).
 	dupThresh uint32
 	reoMult   int64
 	reoAt     int64  // when the last spurious resend was found (ns)
@@ -190,6 +199,12 @@ type scoreboard struct {
 	high      uint32 // one past the highest PSN selectively acknowledged
 	any       bool   // high is set
 	recent    int64  // transmissions after this time are too recent for the report at hand
+
+	// recoveries counts the loss recoveries since the thresholds last
+	// rose (reorderPersist of them lower them again); recoveryAt is when
+	// the latest began, so that one counts once per round trip.
+	recoveries int
+	recoveryAt int64
 }
 
 // newScoreboard covers size PSNs, a power of two no larger than the
@@ -287,12 +302,32 @@ func (s *scoreboard) markSpurious(i uint32) {
 // makes many resends spurious.
 func (s *scoreboard) reordered() {
 	s.spurious++
+	s.recoveries = 0
 	if s.reoAt != 0 && s.now-s.reoAt < s.now-s.recent {
 		return
 	}
 	s.reoAt = s.now
 	s.dupThresh = min(2*s.dupThresh, maxReorderPackets)
 	s.reoMult = min(s.reoMult+1, maxReorderMult)
+	s.recoveries = 0
+}
+
+// lossRecovery counts a recovery: the report at hand found packets lost
+// and they are being sent again. Losses within a round trip of the
+// recovery's start belong to it. After reorderPersist recoveries with no
+// spurious resend among them, the packet threshold and the reordering
+// window return to reorderPackets and a quarter round trip.
+func (s *scoreboard) lossRecovery() {
+	if s.recoveryAt != 0 && s.now-s.recoveryAt < s.now-s.recent {
+		return
+	}
+	s.recoveryAt = s.now
+	if s.dupThresh == reorderPackets && s.reoMult == 1 {
+		return
+	}
+	if s.recoveries++; s.recoveries >= reorderPersist {
+		s.dupThresh, s.reoMult, s.recoveries = reorderPackets, 1, 0
+	}
 }
 
 // arrived records that psn arrived, placed or not. One that arrived and

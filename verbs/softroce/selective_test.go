@@ -369,3 +369,54 @@ func BenchmarkRecvBitmapEncode(b *testing.B) {
 		bm.encode(buf, epsn)
 	}
 }
+
+// TestScoreboardForgetsReordering: thresholds raised by spurious resends
+// return to their start after reorderPersist loss recoveries without a
+// spurious resend (RFC 8985's reo_wnd_persist), counting recoveries once
+// per round trip; a spurious resend among them starts the count again.
+func TestScoreboardForgetsReordering(t *testing.T) {
+	const us = int64(time.Microsecond)
+	const srtt = 200 * us
+	s := newScoreboard(64)
+	now := int64(1000 * us)
+	raise := func() {
+		now += 2 * srtt
+		s.reportAt(now, srtt, 100*us)
+		s.sent(0, now-10*us, true)
+		s.markSpurious(s.index(0))
+	}
+	recover := func(n int) {
+		for range n {
+			now += 2 * srtt
+			s.reportAt(now, srtt, 100*us)
+			s.lossRecovery()
+			// More losses within the round trip belong to the same
+			// recovery.
+			s.reportAt(now+srtt/2, srtt, 100*us)
+			s.lossRecovery()
+		}
+	}
+	raise()
+	raise()
+	if s.dupThresh != 4*reorderPackets || s.reoMult != 3 {
+		t.Fatalf("after two spurious resends: threshold %d, window %d/4", s.dupThresh, s.reoMult)
+	}
+	recover(reorderPersist - 1)
+	if s.dupThresh != 4*reorderPackets || s.reoMult != 3 {
+		t.Fatalf("after %d recoveries: threshold %d, window %d/4; want them kept", reorderPersist-1, s.dupThresh, s.reoMult)
+	}
+	raise() // the path reorders again: the count starts over
+	recover(reorderPersist - 1)
+	if s.dupThresh != 8*reorderPackets || s.reoMult != 4 {
+		t.Fatalf("a spurious resend, then %d recoveries: threshold %d, window %d/4; want 24, 4/4", reorderPersist-1, s.dupThresh, s.reoMult)
+	}
+	recover(1)
+	if s.dupThresh != reorderPackets || s.reoMult != 1 {
+		t.Fatalf("after %d recoveries without a spurious resend: threshold %d, window %d/4; want %d, 1/4", reorderPersist, s.dupThresh, s.reoMult, reorderPackets)
+	}
+	// The reordering window follows at the next report.
+	s.reportAt(now+srtt, srtt, 100*us)
+	if s.reoWnd != srtt/4 {
+		t.Errorf("reordering window %v, want a quarter of the round trip, %v", time.Duration(s.reoWnd), time.Duration(srtt/4))
+	}
+}
