@@ -309,7 +309,6 @@ func (s *scoreboard) reordered() {
 	s.reoAt = s.now
 	s.dupThresh = min(2*s.dupThresh, maxReorderPackets)
 	s.reoMult = min(s.reoMult+1, maxReorderMult)
-	s.recoveries = 0
 }
 
 // lossRecovery counts a recovery: the report at hand found packets lost

@@ -385,7 +385,7 @@ func TestScoreboardForgetsReordering(t *testing.T) {
 		s.sent(0, now-10*us, true)
 		s.markSpurious(s.index(0))
 	}
-	recover := func(n int) {
+	recoverN := func(n int) {
 		for range n {
 			now += 2 * srtt
 			s.reportAt(now, srtt, 100*us)
@@ -401,16 +401,16 @@ func TestScoreboardForgetsReordering(t *testing.T) {
 	if s.dupThresh != 4*reorderPackets || s.reoMult != 3 {
 		t.Fatalf("after two spurious resends: threshold %d, window %d/4", s.dupThresh, s.reoMult)
 	}
-	recover(reorderPersist - 1)
+	recoverN(reorderPersist - 1)
 	if s.dupThresh != 4*reorderPackets || s.reoMult != 3 {
 		t.Fatalf("after %d recoveries: threshold %d, window %d/4; want them kept", reorderPersist-1, s.dupThresh, s.reoMult)
 	}
 	raise() // the path reorders again: the count starts over
-	recover(reorderPersist - 1)
+	recoverN(reorderPersist - 1)
 	if s.dupThresh != 8*reorderPackets || s.reoMult != 4 {
 		t.Fatalf("a spurious resend, then %d recoveries: threshold %d, window %d/4; want 24, 4/4", reorderPersist-1, s.dupThresh, s.reoMult)
 	}
-	recover(1)
+	recoverN(1)
 	if s.dupThresh != reorderPackets || s.reoMult != 1 {
 		t.Fatalf("after %d recoveries without a spurious resend: threshold %d, window %d/4; want %d, 1/4", reorderPersist, s.dupThresh, s.reoMult, reorderPackets)
 	}
