@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package memif is a soft-RoCE link over shared memory, speaking the memif
 // protocol of DPDK's net_memif and VPP, in pure Go.
 //

@@ -1,3 +1,5 @@
+//go:build linux
+
 package memif
 
 // Connect is a view of a CONNECT body (client: all regions and rings are

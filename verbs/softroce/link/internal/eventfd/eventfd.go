@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package eventfd waits for and signals Linux eventfds through Go's
 // netpoller, so that a waiting receiver costs no CPU: the interrupts of
 // memif rings, and the rx interrupts of DPDK queues.

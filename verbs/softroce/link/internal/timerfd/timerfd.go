@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package timerfd sleeps for short times precisely: a Linux timerfd waited
 // through Go's netpoller. time.Sleep of under a millisecond takes about a
 // millisecond when the process has nothing else to run (the runtime then
