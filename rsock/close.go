@@ -65,15 +65,13 @@ func (s *Stream) teardown() {
 	// CLOSE needs a receive request at the peer and a control slot; wait
 	// for them as for the acknowledgements, within the same bound.
 	// When the peer closed first, nothing is owed to it.
-	sentClose := false
 	expire := newDeadline()
 	expire.set(deadline)
 	defer expire.stop()
 	seen := s.kicks()
-	for s.drive(); s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) && time.Now().Before(deadline); s.drive() {
+	for s.drive(); s.closeOwed() && time.Now().Before(deadline); s.drive() {
 		// A data write being posted goes first: CLOSE must follow it.
-		if !sentClose && s.posting == 0 && s.sendControl(ctrlClose) {
-			sentClose = true
+		if !s.closeSent && s.posting == 0 && s.sendControl(ctrlClose) {
 			continue
 		}
 		s.mu.Unlock()
@@ -82,9 +80,9 @@ func (s *Stream) teardown() {
 		seen = s.kicks()
 	}
 	var errs []error
-	if s.err == nil && !s.peerClosed && (!sentClose || s.sendFreed != s.sendHead || s.ctrlInUse > 0) {
+	if s.closeOwed() {
 		errs = append(errs, fmt.Errorf("rsock: %d bytes and %d control messages unacknowledged after %v: %w",
-			s.sendHead-s.sendFreed, s.ctrlInUse+boolInt(!sentClose), s.e.cfg.CloseTimeout, os.ErrDeadlineExceeded))
+			s.sendHead-s.sendFreed, s.ctrlInUse+boolInt(!s.closeSent), s.e.cfg.CloseTimeout, os.ErrDeadlineExceeded))
 	}
 	s.closed = true
 	s.signalRead()
@@ -110,6 +108,14 @@ func (s *Stream) teardown() {
 	if err := errors.Join(errs...); err != nil {
 		s.teardownErr = s.opError("close", err)
 	}
+}
+
+// closeOwed reports whether Close still owes the peer something: CLOSE,
+// or the acknowledgement of data or of a control message sent before it.
+// Nothing is owed to a peer that closed first, or once the stream failed.
+// The caller holds s.mu.
+func (s *Stream) closeOwed() bool {
+	return s.err == nil && !s.peerClosed && (!s.closeSent || s.sendFreed != s.sendHead || s.ctrlInUse > 0)
 }
 
 func boolInt(b bool) int {

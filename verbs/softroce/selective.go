@@ -303,7 +303,7 @@ func (s *scoreboard) markSpurious(i uint32) {
 func (s *scoreboard) reordered() {
 	s.spurious++
 	s.recoveries = 0
-	if s.reoAt != 0 && s.now-s.reoAt < s.now-s.recent {
+	if s.withinRound(s.reoAt) {
 		return
 	}
 	s.reoAt = s.now
@@ -311,13 +311,17 @@ func (s *scoreboard) reordered() {
 	s.reoMult = min(s.reoMult+1, maxReorderMult)
 }
 
+// withinRound reports whether at, a time set by an earlier report (0 for
+// none), lies within a smoothed round trip before the report at hand.
+func (s *scoreboard) withinRound(at int64) bool { return at != 0 && at > s.recent }
+
 // lossRecovery counts a recovery: the report at hand found packets lost
 // and they are being sent again. Losses within a round trip of the
 // recovery's start belong to it. After reorderPersist recoveries with no
 // spurious resend among them, the packet threshold and the reordering
 // window return to reorderPackets and a quarter round trip.
 func (s *scoreboard) lossRecovery() {
-	if s.recoveryAt != 0 && s.now-s.recoveryAt < s.now-s.recent {
+	if s.withinRound(s.recoveryAt) {
 		return
 	}
 	s.recoveryAt = s.now
