@@ -63,8 +63,9 @@
 #   end (rsockbench stat: cwnd, resends, spurious resends, timeouts), the
 #   TCP flows' state at the sender at the same moment (ss -ti: cwnd, rtt,
 #   retransmits, what limited them), the sender's TCP counters over the
-#   case (nstat: retransmitted segments, timeouts, loss probes, fast
-#   retransmits) and every veth's drops: loss that is not the
+#   case (nstat: recovery episodes, TcpExtTCPSackRecovery, to set beside
+#   rsock's cong_events; retransmitted segments, timeouts, loss probes,
+#   fast retransmits) and every veth's drops: loss that is not the
 #   bottleneck's)
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
@@ -291,7 +292,7 @@ flows() {
 	done
 	i=0
 	local p=$((port - 2 * ${#kinds[@]}))
-	local tcpctr="TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes TcpExtTCPFastRetrans TcpExtTCPLostRetransmit TcpExtTCPSpuriousRTOs"
+	local tcpctr="TcpExtTCPSackRecovery TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes TcpExtTCPFastRetrans TcpExtTCPLostRetransmit TcpExtTCPSpuriousRTOs"
 	[ -n "${DIAG:-}" ] && ip netns exec "$A" nstat -az $tcpctr 2>/dev/null | awk 'NR>1{print $1, $2}' >"$tmp/tcpctr.before"
 	for k in "${kinds[@]}"; do
 		p=$((p + 2))
