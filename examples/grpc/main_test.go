@@ -27,9 +27,11 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// netconn keeps the soft-RoCE device open for 5 s after its last
-		// connection closes: its receive loop, and the timer's function
+		// connection closes: its receive loop and fine clock, and the timer's function
 		// should it fire while goleak looks.
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*fineClock).run"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce/internal/timerfd.(*Timer).wait"),
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
 		// The same for the shm channel between the two ends: its watcher
 		// and the timer that closes it.

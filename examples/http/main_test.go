@@ -27,10 +27,12 @@ func TestMain(m *testing.M) {
 
 // lingerIgnores are the goroutines of the soft-RoCE device that netconn
 // keeps open for 5 s after its last connection closes, so that the next
-// connection does not pay for opening it again: the device's receive loop,
-// and the timer's function should it fire while goleak looks.
+// connection does not pay for opening it again: the device's receive loop and
+// fine clock, and the timer's function should it fire while goleak looks.
 var lingerIgnores = []goleak.Option{
 	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
+	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*fineClock).run"),
+	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce/internal/timerfd.(*Timer).wait"),
 	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
 	// The same for an shm channel: its watcher and the timer that closes it.
 	goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/shm.(*Device).watch"),

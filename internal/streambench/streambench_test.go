@@ -20,11 +20,13 @@ import (
 )
 
 // netconn keeps an idle soft-RoCE device open for a few seconds after its
-// last connection closes, for the next one; its receive loop and linger
+// last connection closes, for the next one; its receive loop, fine clock and linger
 // timer are not leaks of this package.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*receiver).loop"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce.(*fineClock).run"),
+		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/verbs/softroce/internal/timerfd.(*Timer).wait"),
 		goleak.IgnoreAnyFunction("github.com/rsock-go/rsock/netconn.releaseDevice.func1"),
 		// An shm channel outlives its last connection for a few seconds,
 		// for the next one between the same two processes.

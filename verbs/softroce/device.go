@@ -60,6 +60,9 @@ type Device struct {
 	maxInflight int   // Config.MaxInflight; 0 when not set
 	ackDelay    int64 // Config.AckDelay in nanoseconds
 	capture     *Capture
+	// clock wakes QPs at near deadlines (fineclock.go); nil where there
+	// is none.
+	clock *fineClock
 
 	stats counters
 
@@ -138,6 +141,7 @@ func Open(cfg Config) (*Device, error) {
 		},
 	}
 	d.txPool.New = newTxBuffers
+	d.clock = newFineClock()
 	d.rx = newReceiver(d, cfg.RecvBatch)
 	go d.rx.loop()
 	return d, nil
@@ -218,6 +222,9 @@ func (d *Device) Close() error {
 	d.rx.busy.Unlock()
 	err := d.link.Close()
 	<-d.rxDone
+	if d.clock != nil {
+		d.clock.close()
+	}
 	d.mrMu.Lock()
 	for _, m := range d.lkeys {
 		m.dead = true

@@ -7,8 +7,9 @@ import (
 
 // TestPacer: a token bucket of one packet per interval that holds at
 // most burstTime of packets (at least minBurst of them, and more than a
-// GSO batch when the rate is high), and lets a resend run it into debt
-// that later packets wait out.
+// GSO batch when the rate is high), makes a held sender wait for
+// paceQuantum's credit (one packet's when that is longer), and lets a
+// resend run it into debt that later packets wait out.
 func TestPacer(t *testing.T) {
 	const us = int64(time.Microsecond)
 	for _, tc := range []struct {
@@ -39,8 +40,8 @@ func TestPacer(t *testing.T) {
 			t.Errorf("interval %v: a burst of %d packets, want %d", time.Duration(tc.interval), n, tc.burst)
 		}
 		wait := p.timeUntilSend(now)
-		if wait <= 0 || wait > tc.interval {
-			t.Errorf("interval %v: wait %v after the burst, want (0, interval]", time.Duration(tc.interval), time.Duration(wait))
+		if want := max(tc.interval, paceQuantum); wait <= 0 || wait > want {
+			t.Errorf("interval %v: wait %v after the burst, want (0, %v]", time.Duration(tc.interval), time.Duration(wait), time.Duration(want))
 		}
 		if p.timeUntilSend(now+wait) != 0 {
 			t.Errorf("interval %v: still held after the wait", time.Duration(tc.interval))
@@ -55,7 +56,7 @@ func TestPacer(t *testing.T) {
 	for range 100 + 5 {
 		p.sent(now)
 	}
-	if w := p.timeUntilSend(now); w != 60*us {
-		t.Fatalf("after 5 packets past the credit: wait %v, want 60µs", time.Duration(w))
+	if w := p.timeUntilSend(now); w != 50*us+paceQuantum {
+		t.Fatalf("after 5 packets past the credit: wait %v, want 50µs and paceQuantum", time.Duration(w))
 	}
 }

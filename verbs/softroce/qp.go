@@ -95,6 +95,12 @@ type QP struct {
 	timer     *time.Timer
 	// timerAt is when timer fires (monotonic ns), or 0 when stopped.
 	timerAt int64
+	// clockAt is the deadline the device's fine clock holds for the QP
+	// (fineclock.go), or 0.
+	clockAt int64
+	// clockIdx is the QP's place in the fine clock's heap, guarded by the
+	// clock's lock (1-based; 0: not in it).
+	clockIdx int
 }
 
 var _ verbs.QP = (*QP)(nil)

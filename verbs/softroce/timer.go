@@ -111,16 +111,28 @@ func (q *QP) armTimer() {
 	if next == 0 || q.closed {
 		return
 	}
+	now := nanotime()
+	if c := q.dev.clock; c != nil && next-now < fineHorizon {
+		// A near deadline: the device's fine clock wakes the QP in time
+		// (fineclock.go), where the runtime timer would wake it up to a
+		// millisecond late.
+		if q.clockAt == 0 || next < q.clockAt {
+			q.clockAt = next
+			c.schedule(q, next)
+		}
+		return
+	}
 	if q.timerAt != 0 && q.timerAt <= next {
 		return
 	}
 	q.timerAt = next
-	q.timer.Reset(time.Duration(next - nanotime()))
+	q.timer.Reset(time.Duration(next - now))
 }
 
 func (q *QP) stopTimer() {
 	q.timer.Stop()
 	q.timerAt = 0
+	q.clockAt = 0
 	q.comp.ackDeadline = 0
 	q.comp.rnrDeadline = 0
 	q.resp.ackDue = 0
@@ -135,6 +147,21 @@ func (q *QP) onTimer() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.timerAt = 0
+	q.expire()
+}
+
+// onFineClock runs when the device's fine clock reaches the QP's near
+// deadline; it does what onTimer does.
+func (q *QP) onFineClock() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.clockAt = 0
+	q.expire()
+}
+
+// expire handles every deadline of the QP that has passed, and arms the
+// timers for the rest. The caller holds q.mu.
+func (q *QP) expire() {
 	if q.closed {
 		return
 	}

@@ -12,10 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rsock-go/rsock/verbs/softroce/internal/timerfd"
 	"github.com/rsock-go/rsock/verbs/softroce/link"
 	"github.com/rsock-go/rsock/verbs/softroce/link/dpdk/internal/rte"
 	"github.com/rsock-go/rsock/verbs/softroce/link/internal/eventfd"
-	"github.com/rsock-go/rsock/verbs/softroce/link/internal/timerfd"
 	"github.com/rsock-go/rsock/verbs/softroce/wire"
 	"golang.org/x/sys/unix"
 )
