@@ -31,8 +31,12 @@ const (
 	burstTime = int64(1000 * time.Microsecond)
 	// minBurst is the fewest packets the pacer lets go at once.
 	minBurst = 2
-	// paceQuantum is the least credit a paced sender waits for.
-	paceQuantum = int64(100 * time.Microsecond)
+	// paceQuantum is the least credit a paced sender waits for: half the
+	// bucket, so that no credit is lost, in as few wake-ups as that
+	// allows. On a veth with no bottleneck, where soft-RoCE over udp is
+	// CPU-bound, 100 µs cost about 5-10% of goodput against the runtime
+	// timer's millisecond (more wake-ups); 500 µs did not.
+	paceQuantum = int64(500 * time.Microsecond)
 )
 
 // setInterval paces one packet per interval ns (0: not at all).
