@@ -16,11 +16,10 @@ import (
 // process about a millisecond late: with nothing else to run it waits in
 // epoll with a timeout in whole milliseconds, so a 50 µs wait took 1.07
 // ms and a 200 µs one 0.9 ms on the machine this was written on. The
-// pacer's waits are tens to hundreds of µs: at that lateness its bucket
-// had to hold a millisecond of sending to keep the rate, and so let
-// bursts of a millisecond out, which a 2 ms router queue at 100 Mbit/s
-// cannot take. A held ACK (Config.AckDelay) went out 1 ms late instead
-// of 200 µs, and lengthened the round trip the controller saw.
+// pacer's waits are tens to hundreds of µs: at that lateness a bucket of
+// less than a millisecond lost credit and with it rate (pacer.go). A
+// held ACK (Config.AckDelay) went out 1 ms late instead of 200 µs, and
+// lengthened the round trips the controller saw.
 //
 // One goroutine per device waits on a timerfd (through the netpoller,
 // which wakes on it at once) for the earliest deadline; it runs each QP

@@ -4,12 +4,9 @@ package timerfd
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Timer is a one-shot timer, like time.Timer, that fires within tens of
@@ -29,15 +26,9 @@ type Timer struct {
 
 // NewTimer creates a stopped Timer.
 func NewTimer() (*Timer, error) {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	f, rc, err := create()
 	if err != nil {
-		return nil, fmt.Errorf("timerfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "timerfd")
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("timerfd: %w", err)
+		return nil, err
 	}
 	c := make(chan struct{}, 1)
 	t := &Timer{C: c, c: c, f: f, rc: rc, done: make(chan struct{})}
@@ -73,20 +64,7 @@ func (t *Timer) Reset(d time.Duration) error { return t.set(max(d, 1)) }
 // in C stays there.
 func (t *Timer) Stop() error { return t.set(0) }
 
-func (t *Timer) set(d time.Duration) error {
-	var err error
-	cerr := t.rc.Control(func(fd uintptr) {
-		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-		err = unix.TimerfdSettime(int(fd), 0, &spec, nil)
-	})
-	switch {
-	case cerr != nil:
-		return ErrClosed
-	case err != nil:
-		return fmt.Errorf("timerfd: %w", err)
-	}
-	return nil
-}
+func (t *Timer) set(d time.Duration) error { return settime(t.rc, d) }
 
 // Close releases the timer and waits for its goroutine to end.
 func (t *Timer) Close() error {

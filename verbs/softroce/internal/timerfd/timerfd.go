@@ -29,17 +29,27 @@ type Sleeper struct {
 
 // New creates a Sleeper.
 func New() (*Sleeper, error) {
+	f, rc, err := create()
+	if err != nil {
+		return nil, err
+	}
+	return &Sleeper{f: f, rc: rc}, nil
+}
+
+// create opens a non-blocking timerfd on the monotonic clock, for the
+// netpoller to wait on.
+func create() (*os.File, syscall.RawConn, error) {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("timerfd: %w", err)
+		return nil, nil, fmt.Errorf("timerfd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "timerfd")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("timerfd: %w", err)
+		return nil, nil, fmt.Errorf("timerfd: %w", err)
 	}
-	return &Sleeper{f: f, rc: rc}, nil
+	return f, rc, nil
 }
 
 // Sleep returns after d, or earlier after a Wake. It returns ErrClosed
@@ -62,9 +72,13 @@ func (s *Sleeper) Sleep(d time.Duration) error {
 func (s *Sleeper) Wake() { s.arm(1) }
 
 // arm sets the timer to expire once, after d.
-func (s *Sleeper) arm(d time.Duration) error {
+func (s *Sleeper) arm(d time.Duration) error { return settime(s.rc, d) }
+
+// settime sets the timerfd behind rc to expire once, after d; 0 disarms
+// it.
+func settime(rc syscall.RawConn, d time.Duration) error {
 	var err error
-	cerr := s.rc.Control(func(fd uintptr) {
+	cerr := rc.Control(func(fd uintptr) {
 		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
 		err = unix.TimerfdSettime(int(fd), 0, &spec, nil)
 	})
