@@ -167,8 +167,12 @@ func (q *QP) expire() {
 	}
 	now := nanotime()
 	if d := q.resp.ackDue; d != 0 && now >= d {
-		q.flushOwedAck()
+		// Cleared first: the flush releases q.mu while it sends, and a
+		// request that arrives meanwhile holds its own ACK with a new
+		// deadline, which clearing after the flush would lose (the ACK
+		// then waited for the requester's timeout).
 		q.resp.ackDue = 0
+		q.flushOwedAck()
 	}
 	if d := q.resp.readDue; d != 0 && now >= d {
 		q.resp.readDue = 0
