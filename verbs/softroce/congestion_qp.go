@@ -39,6 +39,9 @@ func (q *QP) startCongestion(max int, psn uint32) {
 	if q.congestion && q.comp.sb != nil {
 		cc := newDelayGated(max, psn)
 		cc.pathRTT = q.pathRTT
+		if q.dev.clock != nil {
+			cc.pace.quantum = paceQuantum
+		}
 		q.comp.win.cc = cc
 	}
 	q.ccEvents = 0

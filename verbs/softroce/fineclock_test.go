@@ -95,7 +95,7 @@ func TestFineClockRunsDueQPs(t *testing.T) {
 // releases; the requester's ACK timeout, hours away, is not put on its
 // fine clock.
 func TestHeldAckOnFineClock(t *testing.T) {
-	o := pairOpts{ackDelay: 300 * time.Microsecond, timeout: 31}
+	o := pairOpts{ackDelay: 300 * time.Microsecond, timeout: 31, fineClock: true}
 	a, b := newPair(t, pipeLinks, pipe.Faults{}, o)
 	clock := b.dev.clock
 	if clock == nil {

@@ -81,6 +81,7 @@ type pairOpts struct {
 	minRNR      uint8        // default 1 (10 µs)
 	maxInflight int
 	ackDelay    time.Duration
+	fineClock   bool // Config.FineClock
 	sendWR      uint32
 	recvWR      uint32
 	selective   bool // selective repeat on both QPs
@@ -126,7 +127,7 @@ func (o *pairOpts) defaults() {
 
 func newNode(t testing.TB, l link.Link, o pairOpts) *node {
 	t.Helper()
-	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight, AckDelay: o.ackDelay, Capture: o.capture})
+	dev, err := Open(Config{Link: l, MaxInflight: o.maxInflight, AckDelay: o.ackDelay, Capture: o.capture, FineClock: o.fineClock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,10 @@ type pacer struct {
 	credit   int64 // ns of sending earned and not spent
 	last     int64 // when credit was last brought up to date
 	burst    int64 // the most credit, in ns
+	// quantum is the least credit a held sender waits for: paceQuantum
+	// on the device's fine clock, 0 (one packet's) on runtime timers,
+	// whose lateness batches the wake-ups anyway.
+	quantum int64
 }
 
 const (
@@ -71,7 +75,7 @@ func (p *pacer) timeUntilSend(now int64) int64 {
 	// Wait for paceQuantum's packets, not one: at a high rate one
 	// packet's credit comes every few µs, and a wake-up per packet
 	// would cost more than the packet.
-	return min(max(p.interval, paceQuantum), p.burst) - p.credit
+	return min(max(p.interval, p.quantum), p.burst) - p.credit
 }
 
 // sent spends one packet's credit; a packet the pacer did not allow (a

@@ -23,6 +23,7 @@ func TestPacer(t *testing.T) {
 		{2 * time.Millisecond.Nanoseconds(), minBurst}, // slower than burstTime per packet
 	} {
 		var p pacer
+		p.quantum = paceQuantum // as on the fine clock
 		p.setInterval(tc.interval)
 		now := int64(time.Second)
 		n := 0
@@ -48,9 +49,20 @@ func TestPacer(t *testing.T) {
 		}
 	}
 
+	// On runtime timers (no quantum) a held sender waits for one packet.
+	var r pacer
+	r.setInterval(10 * int64(time.Microsecond))
+	for r.timeUntilSend(int64(time.Second)) == 0 {
+		r.sent(int64(time.Second))
+	}
+	if w := r.timeUntilSend(int64(time.Second)); w <= 0 || w > 10*int64(time.Microsecond) {
+		t.Errorf("without a quantum: wait %v, want (0, 10µs]", time.Duration(w))
+	}
+
 	// Debt: packets sent past the credit (resends) hold the next ones
 	// back for as long.
 	var p pacer
+	p.quantum = paceQuantum
 	p.setInterval(10 * us)
 	now := int64(time.Second)
 	for range 100 + 5 {
