@@ -10,7 +10,8 @@ import (
 )
 
 // fineClock wakes a device's QPs at their near deadlines (the pacer's
-// next packet, a held ACK) to within tens of microseconds.
+// next packet, a held ACK) to within tens of microseconds. A device has
+// one only with Config.FineClock.
 //
 // Each QP's own timer is a runtime timer, and the runtime wakes an idle
 // process about a millisecond late: with nothing else to run it waits in

@@ -9,10 +9,10 @@ import "time"
 // rate allows over burstTime.
 //
 // The bucket holds burstTime even when that is many GSO batches. The
-// requester waits for credit on the device's fine clock (fineclock.go;
-// the runtime's timer where there is none, which wakes an idle process
-// about a millisecond late), and a bucket of one batch (32 packets) lost
-// the credit of the lateness: on a clean path, where the window and not
+// requester waits for credit on the QP's runtime timer, which wakes an
+// idle process about a millisecond late (on the device's fine clock with
+// Config.FineClock, fineclock.go), and a bucket of one batch (32
+// packets) lost the credit of the lateness: on a clean path, where the window and not
 // the rate limits, it capped a flow at a batch per wake-up. With the
 // fine clock a smaller bucket keeps its rate, but did not share better:
 // a 250 µs bucket took 0.75 and 0.68 of a 100 Mbit/s link with a 2 ms
@@ -72,9 +72,9 @@ func (p *pacer) timeUntilSend(now int64) int64 {
 	if p.credit >= p.interval {
 		return 0
 	}
-	// Wait for paceQuantum's packets, not one: at a high rate one
-	// packet's credit comes every few µs, and a wake-up per packet
-	// would cost more than the packet.
+	// On the fine clock, wait for the quantum's packets, not one: at a
+	// high rate one packet's credit comes every few µs, and a wake-up
+	// per packet would cost more than the packet.
 	return min(max(p.interval, p.quantum), p.burst) - p.credit
 }
 

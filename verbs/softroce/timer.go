@@ -111,8 +111,7 @@ func (q *QP) armTimer() {
 	if next == 0 || q.closed {
 		return
 	}
-	now := nanotime()
-	if c := q.dev.clock; c != nil && next-now < fineHorizon {
+	if c := q.dev.clock; c != nil && next-nanotime() < fineHorizon {
 		// A near deadline: the device's fine clock wakes the QP in time
 		// (fineclock.go), where the runtime timer would wake it up to a
 		// millisecond late.
@@ -126,7 +125,7 @@ func (q *QP) armTimer() {
 		return
 	}
 	q.timerAt = next
-	q.timer.Reset(time.Duration(next - now))
+	q.timer.Reset(time.Duration(next - nanotime()))
 }
 
 func (q *QP) stopTimer() {
