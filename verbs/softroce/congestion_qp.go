@@ -112,13 +112,14 @@ func (q *QP) paced() bool {
 	return true
 }
 
-// onPaceTimer runs the requester once the pacer's wait is over. The
-// caller holds q.mu.
+// onPaceTimer resends what the pacer held back and runs the requester
+// once the pacer's wait is over. The caller holds q.mu.
 func (q *QP) onPaceTimer(now int64) {
 	if q.paceAt == 0 || now < q.paceAt {
 		return
 	}
 	q.paceAt = 0
+	q.repair()
 	q.runRequester()
 }
 

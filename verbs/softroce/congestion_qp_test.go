@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/rsock-go/rsock/internal/verbstest"
 	"github.com/rsock-go/rsock/verbs"
@@ -65,4 +66,42 @@ func TestReorderingQP(t *testing.T) {
 	if st.SpuriousResends == 0 || st.Reordering <= reorderPackets {
 		t.Errorf("reordering %d after %d spurious resends; want the threshold raised past %d", st.Reordering, st.SpuriousResends, reorderPackets)
 	}
+}
+
+// TestRepairWaitsForPacer: with congestion control, the resends a
+// timeout finds needed wait for the pacer as new packets do, instead of
+// leaving in a burst of repairBurst whatever the window: on a 20 ms round
+// trip with a window of a few dozen packets, the pacer's 1 ms bucket
+// holds a few, so the first repair after the timeout resends those and
+// the rest follow on its wake-ups; the data arrives intact once the path
+// heals.
+func TestRepairWaitsForPacer(t *testing.T) {
+	o := pairOpts{selective: true, congestion: true, timeout: 16, mtu: verbs.MTU1024}
+	o.defaults()
+	n, la, lb := pipeNetwork(t, pipe.Faults{Delay: 10 * time.Millisecond})
+	a, b := newNode(t, la, o), newNode(t, lb, o)
+	connect(t, a, b, o)
+	write := func(id uint64, size int) {
+		a.postSend(verbs.SendWR{ID: id, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	}
+	write(1, 16<<10) // round trips sampled: the pacer runs
+	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
+	n.SetFaults(pipe.Faults{Loss: 1})
+	write(2, 64<<10)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.qp.Stats().Counters.Timeouts == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Microsecond)
+	}
+	a.qp.mu.Lock() // the timeout's handler, and its first repair, are done
+	a.qp.mu.Unlock()
+	st := a.qp.Stats().Counters
+	if st.Timeouts == 0 {
+		t.Fatal("no timeout while every packet was lost: nothing to test")
+	}
+	t.Logf("at the first timeout: %d resent", st.Retransmits)
+	if st.Retransmits > repairBurst/4 {
+		t.Errorf("%d packets resent at the first timeout (window %d), want what the pacer's bucket holds (at most %d)", st.Retransmits, a.qp.Stats().Cwnd, repairBurst/4)
+	}
+	n.SetFaults(pipe.Faults{Delay: 10 * time.Millisecond})
+	expectWC(t, a.scq, 2, verbs.WCRDMAWrite, verbs.WCSuccess)
 }
