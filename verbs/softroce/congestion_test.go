@@ -104,7 +104,8 @@ func TestCongestionDelay(t *testing.T) {
 }
 
 // TestCongestionGrowth: an eighth of the window per round trip with no
-// queue, eight packets per round trip while one stands under the target,
+// queue below slowStartLimit (eight packets past it), eight packets per
+// round trip while one stands under the target,
 // CUBIC's growth while competing (Reno's line, about half a packet per
 // round trip, early in an epoch), and doubling in slow start.
 func TestCongestionGrowth(t *testing.T) {
@@ -112,15 +113,19 @@ func TestCongestionGrowth(t *testing.T) {
 	s.rounds(2, baseRTT, 0)
 	// Added one per acknowledgement as Reno does, the increase falls a
 	// little short of ai; what an earlier round left adds at most one.
-	grew := func(what string, ai int) {
+	grewFrom := func(what string, from, ai int) {
 		t.Helper()
-		if got := s.c.Cwnd() - 800; got < ai*9/10-1 || got > ai+1 {
-			t.Errorf("%s: grew by %d in a round from 800, want about %d", what, got, ai)
+		if got := s.c.Cwnd() - from; got < ai*9/10-1 || got > ai+1 {
+			t.Errorf("%s: grew by %d in a round from %d, want about %d", what, got, from, ai)
 		}
 	}
+	grew := func(what string, ai int) { t.Helper(); grewFrom(what, 800, ai) }
+	s.c.cwnd, s.c.ssthresh = 200, 200
+	s.round(baseRTT, 0)
+	grewFrom("no queue", 200, 25)
 	s.c.cwnd, s.c.ssthresh = 800, 800
 	s.round(baseRTT, 0)
-	grew("no queue", 100)
+	grew("no queue, past slowStartLimit", delayIncrease)
 	s.c.cwnd, s.c.ssthresh = 800, 800
 	s.round(baseRTT+700*time.Microsecond, 0) // seen once two rounds have it
 	s.c.cwnd, s.c.ssthresh = 800, 800
@@ -303,8 +308,44 @@ func TestCongestionStart(t *testing.T) {
 		t.Fatalf("first window %d, want %d", s.c.Cwnd(), initialWindow)
 	}
 	s.rounds(6, baseRTT, 0.05)
-	if s.c.Cwnd() != 512 {
-		t.Fatalf("6 rounds of slow start at 5%% random loss: cwnd %d, want 512", s.c.Cwnd())
+	if s.c.Cwnd() != slowStartLimit {
+		t.Fatalf("6 rounds of slow start at 5%% random loss: cwnd %d, want slowStartLimit, %d", s.c.Cwnd(), slowStartLimit)
+	}
+}
+
+// TestCongestionSlowStartLimit: the first slow start stops at
+// slowStartLimit when nothing stops it sooner, and past it the window
+// grows additively, by at most delayIncrease per clean round trip, up to
+// its maximum; below it, a clean round trip grows it by an eighth; a
+// window limit under slowStartLimit is still reached in slow start.
+func TestCongestionSlowStartLimit(t *testing.T) {
+	s := newCCSim(2048)
+	s.rounds(3, baseRTT, 0) // 32 doubled three times
+	if got := s.c.Cwnd(); got != slowStartLimit {
+		t.Fatalf("3 clean rounds of slow start: cwnd %d, want %d", got, slowStartLimit)
+	}
+	prev := s.c.Cwnd()
+	for i := range 400 {
+		s.round(baseRTT, 0)
+		got := s.c.Cwnd()
+		if got < prev || got > prev+delayIncrease {
+			t.Fatalf("clean round %d after slow start: cwnd %d after %d, want growth of at most %d", i, got, prev, delayIncrease)
+		}
+		prev = got
+	}
+	if prev != 2048 {
+		t.Fatalf("400 clean rounds after slow start: cwnd %d, want the maximum, 2048", prev)
+	}
+	below := newCCSim(2048)
+	below.full(160)
+	below.rounds(2, baseRTT, 0)
+	if got := below.c.Cwnd(); got < 195 {
+		t.Fatalf("2 clean rounds from 160 after slow start: cwnd %d, want an eighth more per round (202)", got)
+	}
+	small := newCCSim(200)
+	small.rounds(3, baseRTT, 0)
+	if got := small.c.Cwnd(); got != 200 {
+		t.Fatalf("3 clean rounds of slow start with a window limit of 200: cwnd %d, want 200", got)
 	}
 }
 
@@ -439,8 +480,8 @@ func TestCongestionSlowStartEndsInRound(t *testing.T) {
 		s.c.OnRTTSample(s.now, int64(baseRTT))
 	}
 	s.c.OnRTTSample(s.now, int64(baseRTT+5*time.Millisecond))
-	if s.c.ssthresh != 4096 {
-		t.Fatalf("a late sample among fast ones ended slow start (ssthresh %d)", s.c.ssthresh)
+	if s.c.ssthresh != slowStartLimit {
+		t.Fatalf("a late sample among fast ones ended slow start (ssthresh %d, want %d)", s.c.ssthresh, slowStartLimit)
 	}
 	s.round(baseRTT, 0) // the round ends; the next begins
 	w = s.c.Cwnd()

@@ -41,8 +41,9 @@ func TestCongestionUndo(t *testing.T) {
 	if !s.c.OnSpuriousResends(1, t2) {
 		t.Fatal("not undone with every resend reported")
 	}
-	if got := s.c.Cwnd(); got != 2*after || got < before-1 {
-		t.Errorf("undone to %d, want %d (the window was %d before the reduction)", got, 2*after, before)
+	// Twice the halved window, give or take the rounding of an odd one.
+	if got := s.c.Cwnd(); got < 2*after || got > 2*after+1 || got < before-1 {
+		t.Errorf("undone to %d, want %d or one more (the window was %d before the reduction)", got, 2*after, before)
 	}
 	if s.c.ssthresh <= ss {
 		t.Errorf("slow-start threshold %d after the undo, want above %d", s.c.ssthresh, ss)
