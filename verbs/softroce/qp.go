@@ -246,7 +246,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 				sack := q.sackBytes()
 				win := windowFor(sack, q.dev.maxInflight, q.windowLimit)
 				q.comp.sack = sack
-				q.comp.sb = newScoreboard(scoreboardSize(win, sack))
+				q.comp.sb = growScoreboard(scoreboardSize(win, sack))
 				q.comp.win = newProportionalWindow(win, a.SQPSN)
 				q.startCongestion(q.comp.win.max, a.SQPSN)
 			}

@@ -37,7 +37,14 @@ func (q *QP) windowFull() bool {
 	if q.pipe() >= q.comp.win.cwnd {
 		return true
 	}
-	return q.comp.sb != nil && (q.inflight() >= q.comp.sb.size()-1 || q.paced())
+	sb := q.comp.sb
+	if sb == nil {
+		return false
+	}
+	if n := q.inflight(); n >= sb.size()-1 && !sb.grow(psnAdd(q.comp.ackedPSN, 1), n) {
+		return true
+	}
+	return q.paced()
 }
 
 // runRequester transmits queued requests while the window allows. The

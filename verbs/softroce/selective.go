@@ -169,6 +169,8 @@ func (b *recvBitmap) encode(dst []byte, epsn uint32) int {
 // a stale report does not declare the resend, and everything sent just
 // before it, lost again. Reports about PSNs sent once are always credible.
 type scoreboard struct {
+	maxSize int // the most PSNs grow may cover; 0: as allocated
+
 	seq    []uint32 // by PSN modulo len: transmission count when last sent
 	sentAt []int64  // by PSN modulo len: when last sent (ns)
 	at     []int64  // by PSN modulo len: when last resent (ns); 0 if sent once
@@ -210,13 +212,58 @@ type scoreboard struct {
 // newScoreboard covers size PSNs, a power of two no larger than the
 // peer's SACK bitmap describes (scoreboardSize).
 func newScoreboard(size int) *scoreboard {
-	return &scoreboard{seq: make([]uint32, size), sentAt: make([]int64, size), at: make([]int64, size),
-		bits: make([]uint64, (size+63)/64), spur: make([]uint64, (size+63)/64), dupThresh: reorderPackets, reoMult: 1}
+	s := &scoreboard{dupThresh: reorderPackets, reoMult: 1}
+	s.alloc(size)
+	return s
+}
+
+// initialScoreboard is the most PSNs a scoreboard covers before the
+// window needs more (growScoreboard): the 1024 of the narrow SACK
+// bitmap, which a window under 512 packets never outgrows.
+const initialScoreboard = 1024
+
+// growScoreboard returns a scoreboard that covers min(size,
+// initialScoreboard) PSNs and may grow to size as the PSNs in flight need
+// (grow). A 2048-packet window's scoreboard holds 4096 PSNs, about 80
+// KiB, and most connections never have 512 packets in flight.
+func growScoreboard(size int) *scoreboard {
+	s := newScoreboard(min(size, initialScoreboard))
+	s.maxSize = size
+	return s
+}
+
+// alloc gives the scoreboard size entries, all clear.
+func (s *scoreboard) alloc(size int) {
+	s.seq, s.sentAt, s.at = make([]uint32, size), make([]int64, size), make([]int64, size)
+	s.bits, s.spur = make(bitset, (size+63)/64), make(bitset, (size+63)/64)
 }
 
 // size is how many PSNs the scoreboard covers: the PSNs in flight, from
 // the oldest unacknowledged to the newest sent, must be fewer.
 func (s *scoreboard) size() int { return len(s.seq) }
+
+// grow doubles the PSNs the scoreboard covers, if it may (maxSize),
+// keeping what it knows of the n PSNs in flight from first. It reports
+// whether it grew.
+func (s *scoreboard) grow(first uint32, n int) bool {
+	if 2*len(s.seq) > s.maxSize {
+		return false
+	}
+	old := *s
+	s.alloc(2 * len(old.seq))
+	for k := range uint32(n) {
+		psn := psnAdd(first, k)
+		i, j := old.index(psn), s.index(psn)
+		s.seq[j], s.sentAt[j], s.at[j] = old.seq[i], old.sentAt[i], old.at[i]
+		if old.bits.has(i) {
+			s.bits.set(j)
+		}
+		if old.spur.has(i) {
+			s.spur.set(j)
+		}
+	}
+	return true
+}
 
 func (s *scoreboard) index(psn uint32) uint32 { return psn & uint32(len(s.seq)-1) }
 

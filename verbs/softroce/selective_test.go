@@ -420,3 +420,62 @@ func TestScoreboardForgetsReordering(t *testing.T) {
 		t.Errorf("reordering window %v, want a quarter of the round trip, %v", time.Duration(s.reoWnd), time.Duration(srtt/4))
 	}
 }
+
+// TestScoreboardGrow: a growing scoreboard starts at initialScoreboard
+// PSNs (or its maximum, if smaller) and doubles up to its maximum,
+// keeping what it knew of each PSN in flight, across the PSN wrap: which
+// arrived past the gap, which are lost, when each was sent and resent,
+// which resends proved spurious.
+func TestScoreboardGrow(t *testing.T) {
+	if s := growScoreboard(256); s.size() != 256 || s.grow(0, 10) {
+		t.Fatalf("growScoreboard(256): size %d and grew; want 256, and no growth past its maximum", s.size())
+	}
+	if s := growScoreboard(4096); s.size() != initialScoreboard {
+		t.Fatalf("growScoreboard(4096): size %d, want %d", s.size(), initialScoreboard)
+	}
+	s := newScoreboard(64)
+	s.maxSize = 256
+	s.reportAt(1000, 0, 0)
+	base := uint32(wire.PSNMask - 20)
+	psn := func(i int) uint32 { return psnAdd(base, uint32(i)) }
+	const n = 63 // as many as 64 entries hold in flight
+	for i := range n {
+		s.sent(psn(i), int64(100+i), false)
+	}
+	s.sent(psn(3), 500, true) // a resend
+	for i := 40; i < 50; i++ {
+		s.sack(psn(i))
+	}
+	s.spuriousResend(psn(3))
+	type state struct {
+		sacked, lost, spur bool
+		seq                uint32
+		sentAt, at         int64
+	}
+	snapshot := func() []state {
+		var st []state
+		for i := range n {
+			j := s.index(psn(i))
+			st = append(st, state{s.isSacked(psn(i)), s.lost(psn(i)), s.spur.has(j), s.seq[j], s.sentAt[j], s.at[j]})
+		}
+		return st
+	}
+	before, sacked := snapshot(), s.sacked
+	for _, want := range []int{128, 256} {
+		if !s.grow(psn(0), n) || s.size() != want {
+			t.Fatalf("grow: size %d, want %d", s.size(), want)
+		}
+		after := snapshot()
+		for i := range n {
+			if after[i] != before[i] {
+				t.Errorf("size %d: PSN %d is %+v, was %+v", want, i, after[i], before[i])
+			}
+		}
+		if s.sacked != sacked {
+			t.Errorf("size %d: %d sacked, was %d", want, s.sacked, sacked)
+		}
+	}
+	if s.grow(psn(0), n) || s.size() != 256 {
+		t.Fatalf("grew past its maximum: size %d", s.size())
+	}
+}
