@@ -69,8 +69,8 @@ func TestLinkSelection(t *testing.T) {
 }
 
 // TestMemifRingSize: a memif conn with no ring size configured gets
-// memifRingSize on both ends, one over udp pathRingSize, and a
-// configured size holds over memif and udp too.
+// memifRingSize on both ends, one over udp rsock's default, and a
+// configured size holds over memif too.
 func TestMemifRingSize(t *testing.T) {
 	noShm(t)
 	for _, tc := range []struct {
@@ -79,9 +79,8 @@ func TestMemifRingSize(t *testing.T) {
 		want   int
 	}{
 		{LinkAuto, 0, memifRingSize},
-		{LinkUDP, 0, pathRingSize},
+		{LinkUDP, 0, rsock.DefaultRingSize},
 		{LinkAuto, 64 << 10, 64 << 10},
-		{LinkUDP, 64 << 10, 64 << 10},
 	} {
 		ln := listen(t, ListenConfig{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})
 		c, s := connPair(t, ln, &Dialer{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})
