@@ -120,9 +120,9 @@ func TestCongestionGrowth(t *testing.T) {
 		}
 	}
 	grew := func(what string, ai int) { t.Helper(); grewFrom(what, 800, ai) }
-	s.c.cwnd, s.c.ssthresh = 200, 200
+	s.c.cwnd, s.c.ssthresh = 400, 400
 	s.round(baseRTT, 0)
-	grewFrom("no queue", 200, 25)
+	grewFrom("no queue", 400, 50)
 	s.c.cwnd, s.c.ssthresh = 800, 800
 	s.round(baseRTT, 0)
 	grew("no queue, past slowStartLimit", delayIncrease)
@@ -320,9 +320,9 @@ func TestCongestionStart(t *testing.T) {
 // window limit under slowStartLimit is still reached in slow start.
 func TestCongestionSlowStartLimit(t *testing.T) {
 	s := newCCSim(2048)
-	s.rounds(3, baseRTT, 0) // 32 doubled three times
+	s.rounds(4, baseRTT, 0) // 32 doubled four times
 	if got := s.c.Cwnd(); got != slowStartLimit {
-		t.Fatalf("3 clean rounds of slow start: cwnd %d, want %d", got, slowStartLimit)
+		t.Fatalf("4 clean rounds of slow start: cwnd %d, want %d", got, slowStartLimit)
 	}
 	prev := s.c.Cwnd()
 	for i := range 400 {
@@ -337,15 +337,15 @@ func TestCongestionSlowStartLimit(t *testing.T) {
 		t.Fatalf("400 clean rounds after slow start: cwnd %d, want the maximum, 2048", prev)
 	}
 	below := newCCSim(2048)
-	below.full(160)
+	below.full(320)
 	below.rounds(2, baseRTT, 0)
-	if got := below.c.Cwnd(); got < 195 {
-		t.Fatalf("2 clean rounds from 160 after slow start: cwnd %d, want an eighth more per round (202)", got)
+	if got := below.c.Cwnd(); got < 395 {
+		t.Fatalf("2 clean rounds from 320 after slow start: cwnd %d, want an eighth more per round (405)", got)
 	}
-	small := newCCSim(200)
-	small.rounds(3, baseRTT, 0)
-	if got := small.c.Cwnd(); got != 200 {
-		t.Fatalf("3 clean rounds of slow start with a window limit of 200: cwnd %d, want 200", got)
+	small := newCCSim(300)
+	small.rounds(4, baseRTT, 0)
+	if got := small.c.Cwnd(); got != 300 {
+		t.Fatalf("4 clean rounds of slow start with a window limit of 300: cwnd %d, want 300", got)
 	}
 }
 
