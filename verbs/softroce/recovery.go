@@ -41,7 +41,8 @@ func (q *QP) repair() {
 	if !sb.any && !sb.lost(psnAdd(acked, 1)) {
 		return // no gap known, and the oldest PSN is not overdue
 	}
-	budget, held := repairBurst, false
+	budget := repairBurst
+sq:
 	for i := q.sqHead; i != q.sqTail && budget > 0; i++ {
 		w := &q.sq[i%uint32(len(q.sq))]
 		if !w.started {
@@ -76,15 +77,11 @@ func (q *QP) repair() {
 				if q.paced() {
 					// Resends wait for the pacer as new packets do; its
 					// wake-up repairs on (onPaceTimer).
-					held = true
-					break
+					break sq
 				}
 				q.resend(i, w, psn)
 				budget--
 			}
-		}
-		if held {
-			break
 		}
 	}
 	if budget < repairBurst {
