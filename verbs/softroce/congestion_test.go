@@ -514,3 +514,74 @@ func TestCongestionPathRTT(t *testing.T) {
 		}
 	}
 }
+
+// TestCongestionLossBurst: a round that resends a whole window before it
+// ends (the cumulative ACK stuck behind resends that are lost too) halves
+// the window at once, and again for each further window of resends, while
+// slow start's growth on the ACKs that do come would otherwise go on;
+// resends at 20% loss within a round that lasts do not.
+func TestCongestionLossBurst(t *testing.T) {
+	s := newCCSim(4096)
+	s.rounds(2, baseRTT, 0) // cwnd 128, in slow start
+	w := s.c.Cwnd()
+	// The round does not end: a few ACKs come, and resends pile up.
+	s.c.OnPacketsAcked(10, s.high-uint32(w), s.high)
+	w = s.c.Cwnd()
+	s.c.OnPacketsLost(w - 1)
+	if got := s.c.Cwnd(); got != w {
+		t.Fatalf("fewer resends than the window within a round: cwnd %d, want %d", got, w)
+	}
+	s.c.OnPacketsLost(1)
+	if got := s.c.Cwnd(); got != w/2 {
+		t.Fatalf("a window of resends within a round: cwnd %d, want half of %d", got, w)
+	}
+	if s.c.ssthresh != s.c.Cwnd() {
+		t.Fatalf("after a loss burst: ssthresh %d, want slow start ended at %d", s.c.ssthresh, s.c.Cwnd())
+	}
+	half := s.c.Cwnd()
+	s.c.OnPacketsLost(half - 1)
+	if got := s.c.Cwnd(); got != half {
+		t.Fatalf("fewer resends than the halved window: cwnd %d, want %d", got, half)
+	}
+	s.c.OnPacketsLost(1)
+	if got := s.c.Cwnd(); got != half/2 {
+		t.Fatalf("a second window of resends: cwnd %d, want %d", got, half/2)
+	}
+
+	// 20% loss, in a round that lasts three rounds' worth of ACKs.
+	r := newCCSim(4096)
+	r.rounds(2, baseRTT, 0)
+	r.full(200)
+	for range 3 {
+		r.c.OnPacketsLost(40)
+		r.c.OnPacketsAcked(160, r.high-100, r.high)
+	}
+	if _, ev := r.c.Stats(); ev != 0 || r.c.Cwnd() < 200 {
+		t.Fatalf("20%% loss in a long round: cwnd %d, %d congestion events; want 200 or more and none", r.c.Cwnd(), ev)
+	}
+}
+
+// TestCongestionPacingFollowsRound: the pacer spreads the window over the
+// round in progress's least round trip once it has hystartSamples
+// samples and that is longer than the last rounds' (a round without
+// end, during a loss storm, kept a queue-free minimum of two rounds ago).
+func TestCongestionPacingFollowsRound(t *testing.T) {
+	s := newCCSim(512)
+	s.rounds(3, baseRTT, 0)
+	s.full(200)
+	s.round(baseRTT, 0)
+	fast, _ := s.c.Stats()
+	queued := baseRTT + 7*time.Millisecond
+	for range hystartSamples - 1 {
+		s.c.OnRTTSample(s.now, int64(queued))
+	}
+	if pps, _ := s.c.Stats(); pps < fast/2 {
+		t.Fatalf("%d samples behind a queue: pacing %.0f packets/s from %.0f, want unchanged until %d", hystartSamples-1, pps, fast, hystartSamples)
+	}
+	s.c.OnRTTSample(s.now, int64(queued))
+	pps, _ := s.c.Stats()
+	// The smoothed round trip, still catching up, is now the shorter.
+	if want := float64(s.c.Cwnd()) / time.Duration(s.c.srtt).Seconds() * pacingGain; pps > want*1.05 {
+		t.Fatalf("%d samples 7 ms behind a queue: pacing %.0f packets/s, want about %.0f (the window over the smoothed round trip, %v)", hystartSamples, pps, want, time.Duration(s.c.srtt))
+	}
+}
