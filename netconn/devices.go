@@ -293,11 +293,44 @@ func Counters() verbs.Counters {
 	return c
 }
 
+// pathRingSize is the stream ring size of a soft-RoCE connection over a
+// network link (udp, dpdk) when none is configured, eight times rsock's
+// default. The receiver's ring bounds what a connection has in flight,
+// as TCP's receive window does, and TCP's grows with the path (Linux's
+// tcp_rmem reaches 6 MiB): at a 1 Gbit/s bottleneck beside a CUBIC flow
+// whose window had grown to 1,455 segments, rsock's stopped at its 512
+// KiB ring and took 0.26-0.33 of the link at a 20 ms queue; with 4 MiB,
+// which also holds the 2048-packet window of wide SACK, 0.31-0.50
+// (README, "Congestion control"). A larger window let a loss storm at a
+// 100 Mbit/s link's start resend tens of thousands of packets until the
+// controller halved its window within a round that resends a whole
+// window (softroce's lossBurst). The ring is address space, backed
+// only where data has passed: an idle connection costs none of it. A
+// network path with no rsock peer never gets here, and rdma-core's
+// registered memory is pinned, so its default stays rsock's.
+const pathRingSize = 4 << 20
+
+// defaultRingSize is the stream ring size of a connection on plan p when
+// none is configured: pathRingSize on soft-RoCE's network links, 0 (the
+// link's own default: shm and memif set theirs, rsock's otherwise)
+// elsewhere.
+func defaultRingSize(p Plan) int {
+	if p.Provider == ProviderSoftRoCE && p.Wire == "" && (p.Link == LinkUDP || p.Link == LinkDPDK) {
+		return pathRingSize
+	}
+	return 0
+}
+
 // streamConfig returns the stream configuration of a connection on plan
-// p between the IPs of c: for a link whose device MTU is its interface's
-// (udp), the path MTU capped to the route's, the route's IP MTU less
-// RoCEv2's headers. It fails when the route cannot carry RoCEv2.
+// p between the IPs of c: the ring size of its link when none is
+// configured (defaultRingSize), and for a link whose device MTU is its
+// interface's (udp), the path MTU capped to the route's, the route's IP
+// MTU less RoCEv2's headers. It fails when the route cannot carry
+// RoCEv2.
 func streamConfig(base rsock.Config, p Plan, c net.Conn) (rsock.Config, error) {
+	if base.RingSize == 0 {
+		base.RingSize = defaultRingSize(p)
+	}
 	e, _ := lookupLink(p.Link)
 	pm, ok := e.ops.(pathMTUer)
 	if !ok || p.Wire != "" || p.Provider != e.provider {

@@ -202,3 +202,24 @@ func TestCompatibleLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultRingSize: soft-RoCE's network links get pathRingSize when
+// no ring size is configured; memif (also over an external wire), shm and
+// rdma-core keep their own defaults (0 here).
+func TestDefaultRingSize(t *testing.T) {
+	for _, tc := range []struct {
+		plan Plan
+		want int
+	}{
+		{Plan{Provider: ProviderSoftRoCE, Link: LinkUDP}, pathRingSize},
+		{Plan{Provider: ProviderSoftRoCE, Link: LinkDPDK}, pathRingSize},
+		{Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Offer: true, SameHost: true}, 0},
+		{Plan{Provider: ProviderSoftRoCE, Link: LinkMemif, Wire: "/run/memif.sock"}, 0},
+		{Plan{Provider: ProviderShm, Link: LinkShm, Offer: true, SameHost: true}, 0},
+		{Plan{Provider: ProviderRDMACore, Link: rdmacoreLink}, 0},
+	} {
+		if got := defaultRingSize(tc.plan); got != tc.want {
+			t.Errorf("defaultRingSize(%+v) = %d, want %d", tc.plan, got, tc.want)
+		}
+	}
+}

@@ -80,8 +80,9 @@
 //	                an external memif server (dpdk-testpmd, VPP) that the
 //	                process's soft-RoCE devices share as their wire.
 //	RSOCK_RING_SIZE receive and send ring bytes per connection, a power of
-//	                two from 4096 to 67108864 (default 524288; 1 MiB on
-//	                memif).
+//	                two from 4096 to 67108864 (default 4 MiB on the udp and
+//	                dpdk links, 2 MiB on shm, 1 MiB on memif, 524288
+//	                otherwise).
 //	RSOCK_PCAP      a file that the soft-RoCE devices write their packets
 //	                to, as a pcap that tshark decodes as RoCEv2;
 //	                RSOCK_PCAP_MAX bounds it (default 64 MiB).

@@ -69,8 +69,8 @@ func TestLinkSelection(t *testing.T) {
 }
 
 // TestMemifRingSize: a memif conn with no ring size configured gets
-// memifRingSize on both ends, one over udp rsock's default, and a
-// configured size holds over memif too.
+// memifRingSize on both ends, one over udp pathRingSize, and a
+// configured size holds over memif and udp too.
 func TestMemifRingSize(t *testing.T) {
 	noShm(t)
 	for _, tc := range []struct {
@@ -79,8 +79,9 @@ func TestMemifRingSize(t *testing.T) {
 		want   int
 	}{
 		{LinkAuto, 0, memifRingSize},
-		{LinkUDP, 0, rsock.DefaultRingSize},
+		{LinkUDP, 0, pathRingSize},
 		{LinkAuto, 64 << 10, 64 << 10},
+		{LinkUDP, 64 << 10, 64 << 10},
 	} {
 		ln := listen(t, ListenConfig{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})
 		c, s := connPair(t, ln, &Dialer{Link: tc.link, Stream: rsock.Config{RingSize: tc.config}})

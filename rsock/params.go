@@ -29,7 +29,8 @@ const controlReserve = 4
 // Config sizes a stream.
 type Config struct {
 	// RingSize is the size of the receive ring and of the send ring, a
-	// power of two from 4 KiB to 64 MiB. Default DefaultRingSize.
+	// power of two from 4 KiB to 64 MiB. Default DefaultRingSize (netconn
+	// picks larger defaults for some links).
 	RingSize int
 	// RecvDepth is the number of receive work requests kept posted,
 	// 8 to 4096. Default DefaultRecvDepth.
