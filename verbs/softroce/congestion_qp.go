@@ -43,6 +43,12 @@ func (q *QP) startCongestion(max int, psn uint32) {
 			cc.pace.quantum = paceQuantum
 		}
 		q.comp.win.cc = cc
+		// The window starts at the controller's, not at max: until the
+		// first ACK, nothing else would hold the first flight to it, and
+		// with a 2048-packet window that flight, sent before any round
+		// trip paced it, overflowed a 100 Mbit/s link's queue by over a
+		// thousand packets at once.
+		q.comp.win.cwnd = cc.Cwnd()
 	}
 	q.ccEvents = 0
 	q.paceAt = 0

@@ -105,3 +105,28 @@ func TestRepairWaitsForPacer(t *testing.T) {
 	n.SetFaults(pipe.Faults{Delay: 10 * time.Millisecond})
 	expectWC(t, a.scq, 2, verbs.WCRDMAWrite, verbs.WCSuccess)
 }
+
+// TestFirstFlightHeld: with congestion control, a QP's first flight, sent
+// before any ACK could pace it or shrink the window, is the controller's
+// initial window, not the QP's whole window: on a 20 ms round trip a
+// 512 KiB WRITE puts initialWindow packets on the wire in the first
+// round trip, then the rest as ACKs come.
+func TestFirstFlightHeld(t *testing.T) {
+	o := pairOpts{selective: true, congestion: true, mtu: verbs.MTU1024, bufSize: 1 << 20}
+	o.defaults()
+	n, la, lb := pipeNetwork(t, pipe.Faults{Delay: 10 * time.Millisecond})
+	a, b := newNode(t, la, o), newNode(t, lb, o)
+	connect(t, a, b, o)
+	a.qp.mu.Lock()
+	max := a.qp.comp.win.max
+	a.qp.mu.Unlock()
+	if max <= initialWindow {
+		t.Fatalf("the QP's window is %d, not above the initial window %d: nothing to test", max, initialWindow)
+	}
+	a.postSend(verbs.SendWR{ID: 1, Opcode: verbs.WRRDMAWrite, SGL: []verbs.SGE{a.sge(0, 512<<10)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	time.Sleep(5 * time.Millisecond) // half a round trip: no ACK yet
+	if sent := n.Stats().Sent; sent > initialWindow {
+		t.Errorf("%d packets sent before the first ACK, want at most the initial window, %d", sent, initialWindow)
+	}
+	expectWC(t, a.scq, 1, verbs.WCRDMAWrite, verbs.WCSuccess)
+}

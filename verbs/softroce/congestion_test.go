@@ -285,6 +285,12 @@ func TestSendWindowDelegates(t *testing.T) {
 	if w.roundLost != 0 || w.cc.(*delayGated).roundLost != 3 {
 		t.Fatalf("losses counted by the window (%d), not the controller (%d)", w.roundLost, w.cc.(*delayGated).roundLost)
 	}
+	w.onAck(64, 64, 512)
+	before := w.cwnd
+	w.onResent(lossBurstMin + before) // a loss burst: the controller halves
+	if got := w.cc.Cwnd(); got >= before || w.cwnd != got {
+		t.Fatalf("after a loss burst: window %d, controller %d, from %d; want the halved controller's", w.cwnd, got, before)
+	}
 }
 
 // TestCongestionPacingBounded: a round trip inflated by a stall does not

@@ -122,6 +122,7 @@ func (w *sendWindow) endRound(high uint32) {
 func (w *sendWindow) onResent(n int) {
 	if w.cc != nil {
 		w.cc.OnPacketsLost(n)
+		w.cwnd = w.cc.Cwnd() // a loss burst halves it at once
 		return
 	}
 	w.roundLost += n
