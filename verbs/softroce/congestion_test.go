@@ -591,3 +591,41 @@ func TestCongestionPacingFollowsRound(t *testing.T) {
 		t.Fatalf("%d samples 7 ms behind a queue: pacing %.0f packets/s, want about %.0f (the window over the smoothed round trip, %v)", hystartSamples, pps, want, time.Duration(s.c.srtt))
 	}
 }
+
+// TestCongestionCompeteProbes: a flow whose window shrank for delay alone
+// behind a queue that turns out to be another flow's takes those
+// decreases back when it begins to compete, and probes in slow start
+// until its first loss; one that lost packets while the queue stood
+// competes from where it is.
+func TestCongestionCompeteProbes(t *testing.T) {
+	for _, lossy := range []bool{false, true} {
+		s := newCCSim(4096)
+		s.c.pathRTT = int64(baseRTT)
+		s.rounds(2, baseRTT, 0)
+		s.full(64)
+		full := baseRTT + 5*time.Millisecond
+		s.round(full, 0) // looks drained still: two rounds' least
+		for i := range competeRounds {
+			lost := 0
+			if lossy && i == 2 {
+				lost = 1
+			}
+			s.round(full, lost)
+		}
+		if !s.c.competing() {
+			t.Fatalf("lossy %v: not competing after %d rounds behind a 5 ms queue", lossy, competeRounds+1)
+		}
+		w := s.c.Cwnd()
+		if !lossy && (w < 64 || s.c.ssthresh < slowStartLimit) {
+			t.Fatalf("competing after delay decreases alone: cwnd %d, ssthresh %d; want the window of 64 back and slow start up to %d", w, s.c.ssthresh, slowStartLimit)
+		}
+		if lossy && (w >= 64 || s.c.ssthresh > w) {
+			t.Fatalf("competing after a loss behind the queue: cwnd %d, ssthresh %d; want the shrunk window, out of slow start", w, s.c.ssthresh)
+		}
+		s.rounds(2, full, 0)
+		grew := s.c.Cwnd() >= 3*w
+		if grew == lossy {
+			t.Errorf("lossy %v: 2 rounds of competing from %d: cwnd %d; slow start %v, want %v", lossy, w, s.c.Cwnd(), grew, !lossy)
+		}
+	}
+}
