@@ -22,6 +22,13 @@ type responderState struct {
 	// placed records the request packets placed past a gap (selective
 	// repeat only).
 	placed recvBitmap
+	// immAhead holds, by PSN, the immediate data and message length of
+	// the WRITE ONLY with immediate packets placed past a gap: their
+	// receive completions wait for the gap to fill (takePlaced).
+	immAhead map[uint32]immPlaced
+	// aheadWCs are the completions of those whose turn came, pushed
+	// after doneWC.
+	aheadWCs []verbs.WC
 	// newest is the newest request PSN that arrived past a gap, placed or
 	// not: the requester learns from it that what it sent before is late.
 	newest    uint32
@@ -181,6 +188,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		// requests inside them broke the rules, and they are forgotten.
 		for i := uint32(1); psnDiff(r.epsn, psnAdd(before, i)) > 0 && i < uint32(r.placed.window()); i++ {
 			r.placed.take(psnAdd(before, i))
+			delete(r.immAhead, psnAdd(before, i))
 		}
 		if !q.takePlaced(rx) {
 			return
@@ -189,6 +197,7 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 	r.nakSent = false
 	if fl.Has(wire.FlagRead) || fl.Has(wire.FlagAtomic) {
 		r.unacked = 0 // answered already
+		q.pushAheadWCs()
 		return
 	}
 	r.unacked++
@@ -202,6 +211,17 @@ func (q *QP) respond(pkt *wire.Packet, rx *receiver) {
 		r.hasDoneWC = false
 		q.recvCQ.push(&r.doneWC)
 	}
+	q.pushAheadWCs()
+}
+
+// pushAheadWCs pushes the completions of WRITEs with immediate placed
+// past a gap whose turn has come (takePlaced).
+func (q *QP) pushAheadWCs() {
+	r := &q.resp
+	for i := range r.aheadWCs {
+		q.recvCQ.push(&r.aheadWCs[i])
+	}
+	r.aheadWCs = r.aheadWCs[:0]
 }
 
 // payloadOK checks a SEND or WRITE packet's payload length against the
