@@ -2,6 +2,7 @@ package softroce
 
 import (
 	"bytes"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,17 +119,27 @@ func TestPlacedOnlyAtMessageBoundary(t *testing.T) {
 	ft.check(t)
 }
 
-// TestWrongRKeyAheadFailsQP: a WRITE ONLY past the gap with an rkey the QP
+// TestWrongRKeyAheadFailsQP: a WRITE ONLY, with or without immediate, past
+// the gap with an rkey the QP
 // may not use (another PD's region, or a made-up key) is not left for its
 // turn, where the real packet at that PSN would take its place unseen: the
 // QP fails with a remote access error, and nothing is written.
 func TestWrongRKeyAheadFailsQP(t *testing.T) {
-	for _, name := range []string{"made-up key", "another PD's region"} {
+	for _, tc := range []struct {
+		name string
+		op   wire.Opcode
+	}{
+		{"made-up key", wire.RCWriteOnly},
+		{"another PD's region", wire.RCWriteOnly},
+		{"made-up key, with immediate", wire.RCWriteOnlyImm},
+		{"another PD's region, with immediate", wire.RCWriteOnlyImm},
+	} {
+		name := tc.name
 		ft := newFuzzTarget(t)
 		ft.selective = true
 		ft.reset(t)
 		va, rkey := ft.remote.Addr(), ft.remote.RKey()^0x5a5a5a5a
-		if name == "another PD's region" {
+		if strings.HasPrefix(name, "another PD's region") {
 			pd, err := ft.n.dev.AllocPD()
 			must(t, err)
 			buf, err := verbs.AllocBuffer(4096)
@@ -140,7 +151,7 @@ func TestWrongRKeyAheadFailsQP(t *testing.T) {
 			va, rkey = mr.Addr(), mr.RKey()
 		}
 		payload := bytes.Repeat([]byte{9}, 64)
-		ft.inject(ft.request(wire.RCWriteOnly, 0x105, va, rkey, 64, payload), ft.peer)
+		ft.inject(ft.request(tc.op, 0x105, va, rkey, 64, payload), ft.peer)
 		if st := ft.qpState(); st != verbs.QPSErr {
 			t.Fatalf("%s: QP in %v after a WRITE with a wrong rkey", name, st)
 		}
