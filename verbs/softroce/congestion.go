@@ -46,21 +46,26 @@ import (
 //   - A queue that stays over the target for competeRounds round trips,
 //     although the window shrank, is kept full by another flow that
 //     fills queues (TCP): the controller stops yielding to delay and
-//     competes on loss alone, as CUBIC does (cubic.go: back to 0.7 of the
-//     window per lossy round, growth along CUBIC's curve or Reno's line,
-//     whichever is ahead), until the queue is seen drained for
-//     drainRounds round trips in a row, and for as long as the flow
-//     had competed, up to maxDrainWait (Copa's mode switch, with
-//     hysteresis): a loss-based flow drains a short queue after each of
-//     its reductions, for a shorter time than it then keeps it full.
-//     Linux's TCP runs CUBIC, so the same response to the same losses
-//     takes the same share; an earlier, firmer rule (0.8 and
-//     a 32nd of the window per round trip) took 0.69 to 0.73 of a
-//     100 Mbit/s link from a TCP flow. If the flow has lost no packet
-//     yet, the window's decreases were for delay alone, which the
-//     queue being another's proves wrong: competing begins with them
-//     taken back, in slow start until the first loss, as a TCP flow
-//     joining the queue would probe.
+//     competes on loss alone (cubic.go: back to half the window per
+//     lossy round, Reno's decrease, and growth along CUBIC's curve or
+//     its Reno line, whichever is ahead), until the queue is seen
+//     drained for drainRounds round trips in a row, and for as long as
+//     the flow had competed, up to maxDrainWait (Copa's mode switch,
+//     with hysteresis): a loss-based flow drains a short queue after
+//     each of its reductions, for a shorter time than it then keeps it
+//     full. Linux's TCP runs CUBIC, but the same response to the same
+//     queue does not take the same share: at a drop-tail queue rsock's
+//     packets are dropped about a third as often per packet as TCP's,
+//     and CUBIC's 0.7 took 0.65 to 0.72 of a 100 Mbit/s link (an
+//     earlier, firmer rule, 0.8 and a 32nd of the window per round trip,
+//     0.69 to 0.73); Reno's 0.5 with CUBIC's growth is less aggressive
+//     than either TCP and takes about half (cubicBeta). If the flow has
+//     lost no packet yet, the window's decreases were for delay alone,
+//     which the queue being another's proves wrong: competing begins
+//     with them taken back, in slow start (a probe, as a TCP flow
+//     joining the queue would) until the first loss or until the probe's
+//     own queue stands a target over the one it began behind
+//     (slowStartQueue).
 //   - A reduction is not repeated for the round trip after it, whose
 //     evidence was sent before it took effect (Reno's recovery).
 //   - A reduction for loss whose resends all proved spurious (the peer
@@ -203,6 +208,8 @@ type delayGated struct {
 	drained      int     // while competing: drained rounds in a row
 	standStart   int64   // when the queue last began to stand (ns)
 	standCwnd    int     // the window when the queue last began to stand
+	probeQueue   int64   // the queueing delay when the probe began (ns)
+	probing      bool    // competing began with a probe, not yet ended by a reduction
 	lost         bool    // a round has lost packets, or a timeout expired
 	competeSince int64   // while competing: when the queue that began it began to stand (ns)
 	drainStart   int64   // while competing: when the drained rounds began (ns)
@@ -264,7 +271,7 @@ func (c *delayGated) OnRTTSample(now, rtt int64) {
 		c.roundMin = rtt
 	}
 	c.samples++
-	if c.cwnd < c.ssthresh && !c.competing() && c.minRTT > 0 && c.samples >= hystartSamples && c.roundMin-c.minRTT > c.target() {
+	if q, ok := c.slowStartQueue(); ok && c.cwnd < c.ssthresh && c.minRTT > 0 && c.samples >= hystartSamples && c.roundMin-c.minRTT > q+c.target() {
 		// Slow start ends within the round in which every sample so far
 		// stood behind a queue over the target (HyStart++, RFC 9406):
 		// waiting for the round's end, and for the second round that
@@ -413,6 +420,7 @@ func (c *delayGated) endRound(high uint32) {
 			// Competing begins: CUBIC's curve starts from this window.
 			c.cubic.reset()
 			c.competeSince = c.standStart
+			c.probing = false
 			if !c.lost && c.roundLost == 0 {
 				// No loss yet: the window shrank for delay alone, on the
 				// guess that the queue was this flow's. It is another's,
@@ -426,8 +434,15 @@ func (c *delayGated) endRound(high uint32) {
 				// recoveries drain the queue every few round trips and
 				// rsock enters competing again each time, a probe at each
 				// entry took 0.73 of the link instead of 0.65.
+				// The probe ends at its first loss, or once its own queue
+				// stands a target over the one it began behind (HyStart,
+				// slowStartQueue): probing on to slowStartLimit, a flow
+				// alone at a 100 Mbit/s link that had mistaken its own
+				// queue for another's overflowed the 20 ms queue by
+				// 841 and 1,275 packets, against 9 and 12 so.
 				c.cwnd = max(c.cwnd, c.standCwnd)
 				c.ssthresh = max(c.ssthresh, min(c.max, slowStartLimit))
+				c.probeQueue, c.probing = max(c.qdelay, 0), true
 			}
 		}
 		c.undrained = min(c.undrained+1, competeRounds)
@@ -469,8 +484,8 @@ func (c *delayGated) endRound(high uint32) {
 		// This round's evidence was sent before the last reduction took
 		// effect: it answers for the same congestion (Reno's recovery).
 	case c.roundLost > 0 && c.competing():
-		// Loss at a queue another flow keeps full: back off as CUBIC
-		// does (to 0.7), so as to hold a fair share against it.
+		// Loss at a queue another flow keeps full: back off to half
+		// (cubicBeta), so as to hold a fair share against it.
 		c.reduce(c.cubic.onCongestion(c.cwnd, c.now))
 		c.recordCut(before)
 	case c.roundLost > 0 && congested:
@@ -528,10 +543,12 @@ func (c *delayGated) reduce(w int) {
 	c.acked = 0
 	c.events++
 	c.hold = 1
+	c.probing = false
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
 	c.lost = true
+	c.probing = false
 	before := c.saveCut()
 	c.ssthresh = max(c.cwnd/2, ccMinWindow)
 	c.cwnd = ccMinWindow
@@ -543,6 +560,21 @@ func (c *delayGated) OnTimeout(high uint32) {
 	c.hold = 1
 	c.recordCut(before)
 	c.setPacing()
+}
+
+// slowStartQueue is the queue slow start may build on before HyStart
+// ends it: none; while competing, during the probe, the queue that stood
+// when it began (the probe adds its own to another flow's); else HyStart
+// does not apply (ok false): a queue another flow keeps full would end
+// slow start after a timeout at once.
+func (c *delayGated) slowStartQueue() (q int64, ok bool) {
+	switch {
+	case !c.competing():
+		return 0, true
+	case c.probing:
+		return c.probeQueue, true
+	}
+	return 0, false
 }
 
 // paceQueue is the queueing delay the pacer spreads the window over: the

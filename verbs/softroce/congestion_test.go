@@ -146,7 +146,7 @@ func TestCongestionGrowth(t *testing.T) {
 
 // TestCongestionCompete: a queue that stands although the window shrank
 // is another flow's: after competeRounds the controller stops yielding to
-// delay and backs off only on loss, to 0.7; drainRounds drained rounds in
+// delay and backs off only on loss, to cubicBeta; drainRounds drained rounds in
 // a row, lasting as long as it had competed, end that; fewer, or shorter,
 // do not.
 func TestCongestionCompete(t *testing.T) {
@@ -627,5 +627,52 @@ func TestCongestionCompeteProbes(t *testing.T) {
 		if grew == lossy {
 			t.Errorf("lossy %v: 2 rounds of competing from %d: cwnd %d; slow start %v, want %v", lossy, w, s.c.Cwnd(), grew, !lossy)
 		}
+	}
+}
+
+// sampledRound runs one round trip of rtt in which n packets are sampled,
+// with no loss: HyStart needs hystartSamples in a round.
+func (s *ccSim) sampledRound(rtt time.Duration, n int) {
+	w := s.c.Cwnd()
+	s.high += uint32(w)
+	s.now += int64(rtt)
+	for range n {
+		s.c.OnRTTSample(s.now, int64(rtt))
+	}
+	s.c.OnPacketsAcked(w, s.high-1, s.high)
+}
+
+// TestCongestionProbeEnds: the probe with which competing begins is a
+// slow start on top of the queue it began behind: HyStart ends it once
+// the round's samples stand a target over that queue, not over the path's
+// minimum (which they did all along). Slow start after a timeout while
+// competing is not ended by a queue at all: another flow keeps it full.
+func TestCongestionProbeEnds(t *testing.T) {
+	s := newCCSim(4096)
+	s.c.pathRTT = int64(baseRTT)
+	s.rounds(2, baseRTT, 0)
+	s.full(64)
+	full := baseRTT + 5*time.Millisecond
+	s.rounds(competeRounds+1, full, 0)
+	if !s.c.competing() || s.c.cwnd >= s.c.ssthresh {
+		t.Fatalf("not probing after %d rounds behind a 5 ms queue: competing %v, cwnd %d, ssthresh %d", competeRounds+1, s.c.competing(), s.c.cwnd, s.c.ssthresh)
+	}
+	s.sampledRound(full, 2*hystartSamples)
+	if s.c.cwnd >= s.c.ssthresh {
+		t.Fatalf("probe ended behind the queue it began behind: cwnd %d, ssthresh %d", s.c.cwnd, s.c.ssthresh)
+	}
+	grown := full + 2*time.Millisecond // over the entry queue by more than the target
+	s.sampledRound(grown, 2*hystartSamples)
+	if s.c.ssthresh != s.c.cwnd || s.c.ssthresh >= slowStartLimit {
+		t.Fatalf("probe went on with its own queue 2 ms over the one it began behind: cwnd %d, ssthresh %d", s.c.cwnd, s.c.ssthresh)
+	}
+	w := s.c.Cwnd()
+	s.c.OnTimeout(s.high)
+	if !s.c.competing() {
+		t.Fatal("a timeout ended competing")
+	}
+	s.sampledRound(grown, 2*hystartSamples)
+	if s.c.ssthresh != max(w/2, ccMinWindow) || s.c.cwnd >= s.c.ssthresh {
+		t.Fatalf("slow start after a timeout while competing: cwnd %d, ssthresh %d; want slow start on toward %d", s.c.cwnd, s.c.ssthresh, max(w/2, ccMinWindow))
 	}
 }
