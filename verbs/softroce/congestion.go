@@ -208,6 +208,7 @@ type delayGated struct {
 	drained      int     // while competing: drained rounds in a row
 	standStart   int64   // when the queue last began to stand (ns)
 	standCwnd    int     // the window when the queue last began to stand
+	standMax     int64   // the highest queueing delay since then, or since it last halved (ns)
 	probeQueue   int64   // the queueing delay when the probe began (ns)
 	probing      bool    // competing began with a probe, not yet ended by a reduction
 	lost         bool    // a round has lost packets, or a timeout expired
@@ -317,7 +318,17 @@ func (c *delayGated) OnPacketsLost(n int) {
 func (c *delayGated) lossBurst() {
 	c.lost = true
 	before := c.saveCut()
-	c.reduce(c.cwnd / 2)
+	w := c.cwnd / 2
+	if c.competing() {
+		// CUBIC's curve starts again from here (cubicBeta is a half as
+		// well). Left on an epoch that began long before, the curve stood
+		// far past its peak and grew the halved window by half of itself
+		// per round trip: a flow alone at a 100 Mbit/s link's 20 ms queue
+		// went from 190 packets back to 380 within each 0.12 s round,
+		// burst after burst, and dropped 21,452 packets in 20 s.
+		w = c.cubic.onCongestion(c.cwnd, c.now)
+	}
+	c.reduce(w)
 	c.recordCut(before)
 	c.roundLost, c.roundAcked = 0, 0
 	c.setPacing()
@@ -403,19 +414,45 @@ func (c *delayGated) endRound(high uint32) {
 	}
 	// The delivery rate the window and the round trip allow (the least
 	// of two rounds again: acknowledgements counted per round are too
-	// bursty to time).
+	// bursty to time), or what the round delivered when that is less: a
+	// window that doubled in slow start while the least of two rounds
+	// lagged the queue it built seemed to go eight times faster than the
+	// link, so the rate seemed to halve as soon as the queue stood, and a
+	// flow alone took its own queue for another's
+	// (TestCongestionOwnQueueLags).
 	c.rate = 0
 	if rtt := c.minRTT + max(c.qdelay, 0); rtt > 0 {
 		c.rate = float64(c.cwnd) / float64(rtt)
 	}
+	if d := c.now - c.roundStart; c.roundStart > 0 && d > 0 && c.roundAcked > 0 {
+		c.rate = min(c.rate, float64(c.roundAcked)/float64(d))
+	}
 	target := c.target()
+	if c.probing && c.cwnd < c.ssthresh && c.qdelay > c.probeQueue+target {
+		// The probe's HyStart at the round's end too: a small window's
+		// round samples fewer round trips than HyStart waits for (one or
+		// two per round at 100 Mbit/s, where a flow alone competes from
+		// its first rounds), and the probe ran on to a loss of 190
+		// packets.
+		c.ssthresh = c.cwnd
+	}
 	switch {
 	case c.qdelay > target:
 		c.drained = 0
 		if c.undrained == 0 {
 			c.standRate, c.standStart = c.rate, c.roundStart
-			c.standCwnd = c.cwnd
+			c.standCwnd, c.standMax = c.cwnd, c.qdelay
 		}
+		if !c.competing() && 2*c.qdelay < c.standMax {
+			// The queue has halved since it stood highest: the window's
+			// decreases drain it, so it is this flow's own, and the
+			// rounds toward competing count again from here. At 100
+			// Mbit/s a flow alone whose first slow start overshot drained
+			// its queue from 7.6 ms to just over the target in the 12
+			// rounds, and competed (TestCongestionOwnQueueLags).
+			c.undrained, c.standMax = 0, c.qdelay
+		}
+		c.standMax = max(c.standMax, c.qdelay)
 		if c.undrained == competeRounds-1 {
 			// Competing begins: CUBIC's curve starts from this window.
 			c.cubic.reset()

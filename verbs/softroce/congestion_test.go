@@ -439,6 +439,40 @@ func TestCongestionOwnQueueDrains(t *testing.T) {
 	}
 }
 
+// TestCongestionOwnQueueLags: the same link, with the flow starting in
+// slow start from an empty queue, each round's round trip showing the
+// queue of the window before it, and a round lasting as long as the link
+// takes to deliver its window. In slow start the window doubles within a
+// round, so cwnd over the round trip overstated the rate (by 4 times
+// here) when the queue began to stand, the rate seemed to halve at once,
+// and delay stopped shrinking the window: the flow took its own queue for
+// another's (at 100 Mbit/s with a 20 ms queue, a flow alone competed from
+// its first 0.1 s and probed into a loss of 480 packets). The rate is
+// what the round delivered when that is less.
+func TestCongestionOwnQueueLags(t *testing.T) {
+	const perMs = 8.3
+	base := 121 * time.Microsecond
+	s := newCCSim(512)
+	s.c.pathRTT = int64(base)
+	prev := 0
+	for range 4 * competeRounds {
+		queue := max(float64(prev)/perMs-float64(base)/float64(time.Millisecond), 0)
+		rtt := base + time.Duration(queue*float64(time.Millisecond))
+		w := s.c.Cwnd()
+		prev = w
+		s.high += uint32(w)
+		s.now += max(int64(rtt), int64(float64(w)/perMs*float64(time.Millisecond)))
+		s.c.OnRTTSample(s.now, int64(rtt))
+		s.c.OnPacketsAcked(w, s.high-1, s.high)
+		if s.c.competing() {
+			t.Fatalf("competing with its own queue at a window of %d", s.c.Cwnd())
+		}
+	}
+	if got := s.c.Cwnd(); got > 20 {
+		t.Fatalf("window %d after %d rounds behind its own queue, want at most 20", got, 4*competeRounds)
+	}
+}
+
 // TestCongestionHeavyLoss: a round that loses a third of its packets or
 // more is congestion even when the delay shows no queue (a minimum round
 // trip taken behind a queue hides it): the window halves and slow start
@@ -554,6 +588,30 @@ func TestCongestionLossBurst(t *testing.T) {
 		t.Fatalf("a second window of resends: cwnd %d, want %d", got, half/2)
 	}
 
+	// While competing, the burst restarts CUBIC's curve: after an epoch
+	// that began 10 s ago, the curve stands past its peak, and grows the
+	// halved window by half of itself in a round trip unless it restarts.
+	k := newCCSim(4096)
+	k.rounds(2, baseRTT, 0)
+	k.full(400)
+	k.c.undrained = competeRounds
+	k.c.cubic.onCongestion(800, k.now)
+	k.now += int64(10 * time.Second)
+	k.c.OnRTTSample(k.now, int64(baseRTT+5*time.Millisecond))
+	k.c.roundEnd = psnAdd(k.high, 1000) // the round goes on throughout
+	k.c.OnPacketsLost(400)
+	if got := k.c.Cwnd(); got != 200 {
+		t.Fatalf("competing, a window of resends: cwnd %d, want 200", got)
+	}
+	for range 20 {
+		k.now += int64(time.Millisecond / 4)
+		k.c.OnRTTSample(k.now, int64(baseRTT+5*time.Millisecond))
+		k.c.OnPacketsAcked(10, k.high-1, k.high)
+	}
+	if got := k.c.Cwnd(); got > 202 {
+		t.Fatalf("competing, a window acknowledged after a loss burst: cwnd %d from 200, want Reno's growth, about half a packet", got)
+	}
+
 	// 20% loss, in a round that lasts three rounds' worth of ACKs.
 	r := newCCSim(4096)
 	r.rounds(2, baseRTT, 0)
@@ -665,6 +723,21 @@ func TestCongestionProbeEnds(t *testing.T) {
 	s.sampledRound(grown, 2*hystartSamples)
 	if s.c.ssthresh != s.c.cwnd || s.c.ssthresh >= slowStartLimit {
 		t.Fatalf("probe went on with its own queue 2 ms over the one it began behind: cwnd %d, ssthresh %d", s.c.cwnd, s.c.ssthresh)
+	}
+	// A round with fewer samples than HyStart waits for: the least of
+	// two rounds ends the probe at the round's end.
+	few := newCCSim(4096)
+	few.c.pathRTT = int64(baseRTT)
+	few.rounds(2, baseRTT, 0)
+	few.full(64)
+	few.rounds(competeRounds+1, full, 0)
+	few.rounds(1, full, 0)
+	if few.c.cwnd >= few.c.ssthresh {
+		t.Fatalf("probe ended behind the queue it began behind, one sample a round: cwnd %d, ssthresh %d", few.c.cwnd, few.c.ssthresh)
+	}
+	few.rounds(2, grown, 0)
+	if few.c.ssthresh >= slowStartLimit || few.c.cwnd > few.c.ssthresh+2 {
+		t.Fatalf("probe went on, one sample a round, its own queue 2 ms over the one it began behind: cwnd %d, ssthresh %d", few.c.cwnd, few.c.ssthresh)
 	}
 	w := s.c.Cwnd()
 	s.c.OnTimeout(s.high)
