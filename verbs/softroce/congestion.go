@@ -56,7 +56,7 @@ import (
 //     full. Linux's TCP runs CUBIC, but the same response to the same
 //     queue does not take the same share: at a drop-tail queue rsock's
 //     packets are dropped about a third as often per packet as TCP's,
-//     and CUBIC's 0.7 took 0.65 to 0.72 of a 100 Mbit/s link (an
+//     and CUBIC's 0.7 took 0.61 to 0.73 of a 100 Mbit/s link (an
 //     earlier, firmer rule, 0.8 and a 32nd of the window per round trip,
 //     0.69 to 0.73); Reno's 0.5 with CUBIC's growth is less aggressive
 //     than either TCP and takes about half (cubicBeta). If the flow has

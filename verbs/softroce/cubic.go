@@ -26,15 +26,17 @@ type cubic struct {
 const (
 	// cubicBeta is the window kept after a congestion event: Reno's 0.5,
 	// not CUBIC's 0.7 (RFC 9438's β_cubic). At a drop-tail queue beside a
-	// TCP flow, rsock's packets, paced and clocked by coalesced ACKs, are
-	// dropped less often than TCP's: in one run at 100 Mbit/s with a 2 ms
+	// TCP flow, rsock's packets are dropped less often than TCP's (why is
+	// open: a pacing gain of 1.25 to 16 while competing did not change
+	// the share): in one run at 100 Mbit/s with a 2 ms
 	// queue, rsock lost 295 of 107,989 packets in 119 congestion events
 	// while the TCP flow lost 351 of 53,110 in 188 recovery episodes,
 	// about a third as many events per packet sent. Answering each with
-	// CUBIC's 0.7 took 0.65 to 0.72 of the link; with 0.5 (and CUBIC's
-	// growth kept), 0.55 to 0.59 (scripts/bottleneck-bench.sh, runs
-	// alternated). A smaller β with the same growth is less aggressive
-	// than CUBIC and than Reno, as RFC 5033 asks of a new controller.
+	// CUBIC's 0.7 took 0.64 to 0.73 of that link (median 0.67, ten runs);
+	// with 0.5 and CUBIC's growth kept, 0.53 to 0.59 (median 0.57, seven
+	// runs, scripts/bottleneck-bench.sh, the builds alternated). A
+	// smaller β with the same growth is less aggressive than CUBIC and
+	// than Reno, as RFC 5033 asks of a new controller.
 	cubicBeta = 0.5
 	// tcpCubicBeta is the β of Linux's CUBIC, the flow this one shares a
 	// queue with; the growth below is the one that goes with it.
