@@ -431,9 +431,9 @@ func (c *delayGated) endRound(high uint32) {
 	if c.probing && c.cwnd < c.ssthresh && c.qdelay > c.probeQueue+target {
 		// The probe's HyStart at the round's end too: a small window's
 		// round samples fewer round trips than HyStart waits for (one or
-		// two per round at 100 Mbit/s, where a flow alone competes from
-		// its first rounds), and the probe ran on to a loss of 190
-		// packets.
+		// two per round at 100 Mbit/s, where a flow alone had taken its
+		// own queue for another's in its first rounds), and the probe ran
+		// on to a loss of 190 packets.
 		c.ssthresh = c.cwnd
 	}
 	switch {
