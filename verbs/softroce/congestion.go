@@ -453,6 +453,15 @@ func (c *delayGated) endRound(high uint32) {
 			c.undrained, c.standMax = 0, c.qdelay
 		}
 		c.standMax = max(c.standMax, c.qdelay)
+		if c.undrained == competeRounds-1 && c.now-c.standStart < competeRounds*c.srtt {
+			// Not before the queue has stood for competeRounds round
+			// trips in time as well: a round ends when the packet sent
+			// last at its start is acknowledged, and with a small window
+			// and stalls for credit a round lasted half a round trip, so
+			// that a flow alone at 100 Mbit/s whose queue hovered about
+			// the target for 7 ms took it for another's.
+			break
+		}
 		if c.undrained == competeRounds-1 {
 			// Competing begins: CUBIC's curve starts from this window.
 			c.cubic.reset()

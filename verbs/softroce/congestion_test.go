@@ -749,3 +749,38 @@ func TestCongestionProbeEnds(t *testing.T) {
 		t.Fatalf("slow start after a timeout while competing: cwnd %d, ssthresh %d; want slow start on toward %d", s.c.cwnd, s.c.ssthresh, max(w/2, ccMinWindow))
 	}
 }
+
+// TestCongestionCompeteTakesRoundTrips: the switch to competing waits for
+// competeRounds round trips in time as well as in rounds: rounds that
+// last half a round trip (a small window, stalls between sends) must not
+// make a queue that stood for 6 round trips another flow's.
+func TestCongestionCompeteTakesRoundTrips(t *testing.T) {
+	s := newCCSim(512)
+	s.c.pathRTT = int64(baseRTT)
+	s.rounds(3, baseRTT, 0)
+	s.full(64)
+	rtt := baseRTT + 5*time.Millisecond
+	halfRound := func() {
+		w := s.c.Cwnd()
+		s.high += uint32(w)
+		s.now += int64(rtt / 2)
+		s.c.OnRTTSample(s.now, int64(rtt))
+		s.c.OnPacketsAcked(w, s.high-1, s.high)
+	}
+	for range 8 {
+		halfRound() // srtt settles at the round trip
+	}
+	for range competeRounds + 1 {
+		s.full(64)
+		halfRound()
+	}
+	if s.c.competing() {
+		t.Fatalf("competing after %d rounds of half a round trip each", competeRounds+9)
+	}
+	for range 2 * competeRounds {
+		halfRound()
+	}
+	if !s.c.competing() {
+		t.Fatalf("not competing after a queue stood for more than %d round trips", competeRounds)
+	}
+}
