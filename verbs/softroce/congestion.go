@@ -209,8 +209,7 @@ type delayGated struct {
 	standStart   int64   // when the queue last began to stand (ns)
 	standCwnd    int     // the window when the queue last began to stand
 	standMax     int64   // the highest queueing delay since then, or since it last halved (ns)
-	probeQueue   int64   // the queueing delay when the probe began (ns)
-	probing      bool    // competing began with a probe, not yet ended by a reduction
+	probeQueue   int64   // during the probe competing began with, until a reduction ends it: the queueing delay when it began (ns, over the target); else 0
 	lost         bool    // a round has lost packets, or a timeout expired
 	competeSince int64   // while competing: when the queue that began it began to stand (ns)
 	drainStart   int64   // while competing: when the drained rounds began (ns)
@@ -428,7 +427,7 @@ func (c *delayGated) endRound(high uint32) {
 		c.rate = min(c.rate, float64(c.roundAcked)/float64(d))
 	}
 	target := c.target()
-	if c.probing && c.cwnd < c.ssthresh && c.qdelay > c.probeQueue+target {
+	if c.probeQueue > 0 && c.cwnd < c.ssthresh && c.qdelay > c.probeQueue+target {
 		// The probe's HyStart at the round's end too: a small window's
 		// round samples fewer round trips than HyStart waits for (one or
 		// two per round at 100 Mbit/s, where a flow alone had taken its
@@ -466,7 +465,7 @@ func (c *delayGated) endRound(high uint32) {
 			// Competing begins: CUBIC's curve starts from this window.
 			c.cubic.reset()
 			c.competeSince = c.standStart
-			c.probing = false
+			c.probeQueue = 0
 			if !c.lost && c.roundLost == 0 {
 				// No loss yet: the window shrank for delay alone, on the
 				// guess that the queue was this flow's. It is another's,
@@ -488,7 +487,7 @@ func (c *delayGated) endRound(high uint32) {
 				// 841 and 1,275 packets, against 9 and 12 so.
 				c.cwnd = max(c.cwnd, c.standCwnd)
 				c.ssthresh = max(c.ssthresh, min(c.max, slowStartLimit))
-				c.probeQueue, c.probing = max(c.qdelay, 0), true
+				c.probeQueue = c.qdelay
 			}
 		}
 		c.undrained = min(c.undrained+1, competeRounds)
@@ -589,12 +588,12 @@ func (c *delayGated) reduce(w int) {
 	c.acked = 0
 	c.events++
 	c.hold = 1
-	c.probing = false
+	c.probeQueue = 0
 }
 
 func (c *delayGated) OnTimeout(high uint32) {
 	c.lost = true
-	c.probing = false
+	c.probeQueue = 0
 	before := c.saveCut()
 	c.ssthresh = max(c.cwnd/2, ccMinWindow)
 	c.cwnd = ccMinWindow
@@ -617,7 +616,7 @@ func (c *delayGated) slowStartQueue() (q int64, ok bool) {
 	switch {
 	case !c.competing():
 		return 0, true
-	case c.probing:
+	case c.probeQueue > 0:
 		return c.probeQueue, true
 	}
 	return 0, false

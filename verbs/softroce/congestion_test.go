@@ -458,12 +458,8 @@ func TestCongestionOwnQueueLags(t *testing.T) {
 	for range 4 * competeRounds {
 		queue := max(float64(prev)/perMs-float64(base)/float64(time.Millisecond), 0)
 		rtt := base + time.Duration(queue*float64(time.Millisecond))
-		w := s.c.Cwnd()
-		prev = w
-		s.high += uint32(w)
-		s.now += max(int64(rtt), int64(float64(w)/perMs*float64(time.Millisecond)))
-		s.c.OnRTTSample(s.now, int64(rtt))
-		s.c.OnPacketsAcked(w, s.high-1, s.high)
+		prev = s.c.Cwnd()
+		s.roundOver(rtt, max(rtt, time.Duration(float64(prev)/perMs*float64(time.Millisecond))), 1)
 		if s.c.competing() {
 			t.Fatalf("competing with its own queue at a window of %d", s.c.Cwnd())
 		}
@@ -690,10 +686,14 @@ func TestCongestionCompeteProbes(t *testing.T) {
 
 // sampledRound runs one round trip of rtt in which n packets are sampled,
 // with no loss: HyStart needs hystartSamples in a round.
-func (s *ccSim) sampledRound(rtt time.Duration, n int) {
+func (s *ccSim) sampledRound(rtt time.Duration, n int) { s.roundOver(rtt, rtt, n) }
+
+// roundOver runs one round that lasts elapsed, acknowledges the window,
+// and samples a round trip of rtt n times, with no loss.
+func (s *ccSim) roundOver(rtt, elapsed time.Duration, n int) {
 	w := s.c.Cwnd()
 	s.high += uint32(w)
-	s.now += int64(rtt)
+	s.now += int64(elapsed)
 	for range n {
 		s.c.OnRTTSample(s.now, int64(rtt))
 	}
@@ -760,13 +760,7 @@ func TestCongestionCompeteTakesRoundTrips(t *testing.T) {
 	s.rounds(3, baseRTT, 0)
 	s.full(64)
 	rtt := baseRTT + 5*time.Millisecond
-	halfRound := func() {
-		w := s.c.Cwnd()
-		s.high += uint32(w)
-		s.now += int64(rtt / 2)
-		s.c.OnRTTSample(s.now, int64(rtt))
-		s.c.OnPacketsAcked(w, s.high-1, s.high)
-	}
+	halfRound := func() { s.roundOver(rtt, rtt/2, 1) }
 	for range 8 {
 		halfRound() // srtt settles at the round trip
 	}
