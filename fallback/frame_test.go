@@ -749,12 +749,12 @@ func TestPreface(t *testing.T) {
 	}
 }
 
-// TestWideSACKCarriesNoExtension: CapWideSACK (bit 6) and
-// CapDuplicateEcho (bit 7) are bare capabilities: a Hello that sets one
+// TestWideSACKCarriesNoExtension: CapWideSACK (bit 6),
+// CapDuplicateEcho (bit 7) and CapHoldEcho (bit 9) are bare capabilities: a Hello that sets one
 // is as long as one that does not, so an older decoder, which skips
 // unknown bits, reads it unchanged; each capability bit is distinct.
 func TestWideSACKCarriesNoExtension(t *testing.T) {
-	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapECN, CapWideSACK, CapDuplicateEcho, CapPacketMTU}
+	caps := []uint32{CapStream, CapSelectiveRepeat, CapMemif, CapCongestionControl, CapShm, CapECN, CapWideSACK, CapDuplicateEcho, CapPacketMTU, CapHoldEcho}
 	seen := uint32(0)
 	for _, c := range caps {
 		if c&seen != 0 || c&(c-1) != 0 {
@@ -762,10 +762,10 @@ func TestWideSACKCarriesNoExtension(t *testing.T) {
 		}
 		seen |= c
 	}
-	if CapWideSACK != 1<<6 || CapDuplicateEcho != 1<<7 {
-		t.Fatalf("CapWideSACK = %#x, CapDuplicateEcho = %#x, want 1<<6 and 1<<7 (bit 5 is another extension's)", CapWideSACK, CapDuplicateEcho)
+	if CapWideSACK != 1<<6 || CapDuplicateEcho != 1<<7 || CapHoldEcho != 1<<9 {
+		t.Fatalf("CapWideSACK = %#x, CapDuplicateEcho = %#x, CapHoldEcho = %#x, want 1<<6, 1<<7 and 1<<9 (bit 8 is another extension's)", CapWideSACK, CapDuplicateEcho, CapHoldEcho)
 	}
-	for _, c := range []uint32{CapWideSACK, CapDuplicateEcho, CapWideSACK | CapDuplicateEcho} {
+	for _, c := range []uint32{CapWideSACK, CapDuplicateEcho, CapHoldEcho, CapWideSACK | CapDuplicateEcho | CapHoldEcho} {
 		for _, sr := range []uint32{0, CapSelectiveRepeat} {
 			narrow := testHello()
 			narrow.Capabilities |= sr

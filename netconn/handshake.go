@@ -23,6 +23,9 @@ func helloFor(d *sharedDevice, p rsock.Params) *fallback.Hello {
 	if p.DuplicateEcho {
 		caps |= fallback.CapDuplicateEcho
 	}
+	if p.HoldEcho {
+		caps |= fallback.CapHoldEcho
+	}
 	if p.PacketMTU != 0 {
 		caps |= fallback.CapPacketMTU
 	}
@@ -62,6 +65,7 @@ func paramsOf(h *fallback.Hello) rsock.Params {
 	p.ECN = h.Capabilities&fallback.CapECN != 0
 	p.WideSACK = h.Capabilities&fallback.CapWideSACK != 0
 	p.DuplicateEcho = h.Capabilities&fallback.CapDuplicateEcho != 0
+	p.HoldEcho = h.Capabilities&fallback.CapHoldEcho != 0
 	if h.Capabilities&fallback.CapPacketMTU != 0 {
 		p.PacketMTU = int(h.PacketMTU)
 	}

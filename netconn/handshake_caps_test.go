@@ -36,26 +36,41 @@ func TestParamsOfCapabilities(t *testing.T) {
 	}
 }
 
-// TestDuplicateEchoCapability: the Hello announces duplicate echoes, bit
-// 7, exactly when the endpoint offers them, apart from every other bit,
-// and the peer's bit is read on its own.
-func TestDuplicateEchoCapability(t *testing.T) {
-	if fallback.CapDuplicateEcho != 1<<7 {
-		t.Fatalf("CapDuplicateEcho = %#x, want bit 7", fallback.CapDuplicateEcho)
-	}
+// TestEchoCapabilities: the Hello announces duplicate echoes, bit 7,
+// and hold echoes, bit 9, each exactly when the endpoint offers it, apart
+// from every other bit, and the peer's bit is read on its own.
+func TestEchoCapabilities(t *testing.T) {
 	d := &sharedDevice{dev: helloTestDevice{}}
-	for _, on := range []bool{false, true} {
-		p := rsock.Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true, DuplicateEcho: on}
-		h := helloFor(d, p)
-		if got := h.Capabilities&fallback.CapDuplicateEcho != 0; got != on {
-			t.Errorf("DuplicateEcho %v: Hello capabilities %#x", on, h.Capabilities)
+	for _, c := range []struct {
+		name string
+		bit  uint32
+		want uint32
+		set  func(*rsock.Params, bool)
+		get  func(rsock.Params) bool
+	}{
+		{"DuplicateEcho", fallback.CapDuplicateEcho, 1 << 7,
+			func(p *rsock.Params, on bool) { p.DuplicateEcho = on }, func(p rsock.Params) bool { return p.DuplicateEcho }},
+		{"HoldEcho", fallback.CapHoldEcho, 1 << 9,
+			func(p *rsock.Params, on bool) { p.HoldEcho = on }, func(p rsock.Params) bool { return p.HoldEcho }},
+	} {
+		if c.bit != c.want {
+			t.Fatalf("%s: bit %#x, want %#x", c.name, c.bit, c.want)
 		}
-		if got := paramsOf(h); got.DuplicateEcho != on || !got.WideSACK || !got.CongestionControl {
-			t.Errorf("DuplicateEcho %v read back as %+v", on, got)
+		for _, on := range []bool{false, true} {
+			p := rsock.Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true}
+			c.set(&p, on)
+			h := helloFor(d, p)
+			if got := h.Capabilities&c.bit != 0; got != on {
+				t.Errorf("%s %v: Hello capabilities %#x", c.name, on, h.Capabilities)
+			}
+			if got := paramsOf(h); c.get(got) != on || !got.WideSACK || !got.CongestionControl {
+				t.Errorf("%s %v read back as %+v", c.name, on, got)
+			}
 		}
-	}
-	if p := paramsOf(&fallback.Hello{Capabilities: fallback.CapStream | fallback.CapDuplicateEcho}); !p.DuplicateEcho || p.CongestionControl || p.WideSACK || p.ECN {
-		t.Errorf("bit 7 alone read as %+v", p)
+		p := paramsOf(&fallback.Hello{Capabilities: fallback.CapStream | c.bit})
+		if !c.get(p) || p.CongestionControl || p.WideSACK || p.ECN || p.DuplicateEcho && p.HoldEcho {
+			t.Errorf("%s's bit alone read as %+v", c.name, p)
+		}
 	}
 }
 

@@ -48,6 +48,11 @@ type ConnStats struct {
 	// which rsock peers negotiate.
 	PacingRate       uint64 `json:"pacing_rate,omitempty"`
 	CongestionEvents uint64 `json:"congestion_events,omitempty"`
+	// HostDelay is how long the two hosts hold a request and its ACK
+	// (smoothed), which the congestion controller takes out of its round
+	// trips (SRTT keeps it); rsock peers negotiate the hold echoes that
+	// measure it, on the udp link (kernel receive timestamps).
+	HostDelay time.Duration `json:"host_delay_ns,omitempty"`
 	// ECN, where both peers negotiated it: ECNCERecv counts the packets
 	// this end received CE-marked (a queue on the way over its
 	// threshold), ECNEchoesSent the echoes that told the peer so;
@@ -121,6 +126,7 @@ func (c *Conn) Stats() ConnStats {
 	st.SRTT, st.RTTVar = q.SRTT, q.RTTVar
 	st.Cwnd, st.Inflight = q.Cwnd, q.Inflight
 	st.PacingRate, st.CongestionEvents = q.PacingRate, q.Counters.CongestionEvents
+	st.HostDelay = q.HostDelay
 	st.ECNCERecv, st.ECNEchoesSent = q.Counters.ECNCERecv, q.Counters.ECNEchoesSent
 	st.ECNEchoesRecv, st.ECNMarksEchoed = q.Counters.ECNEchoesRecv, q.Counters.ECNMarksEchoed
 	st.Reordering, st.SpuriousResends = q.Reordering, q.SpuriousResends

@@ -137,6 +137,8 @@ func NewEndpoint(dev verbs.Device, cfg Config) (_ *Endpoint, err error) {
 	e.params.WideSACK = ws && e.params.SelectiveRepeat
 	_, de := e.qp.(verbs.DuplicateEchoer)
 	e.params.DuplicateEcho = de && e.params.CongestionControl
+	_, he := e.qp.(verbs.HoldEchoer)
+	e.params.HoldEcho = he && e.params.CongestionControl
 	if _, pm := e.qp.(verbs.PacketMTUSetter); pm && cfg.MaxPacketMTU > mtu.Bytes() {
 		e.params.PacketMTU = cfg.MaxPacketMTU
 	}

@@ -144,6 +144,11 @@ type Params struct {
 	// (verbs.DuplicateEchoer); the stream uses it when both sides can and
 	// congestion control is on.
 	DuplicateEcho bool
+	// HoldEcho says the endpoint's QP can echo how long it held requests
+	// before it acknowledged them, and take both hosts' holds out of its
+	// round trips (verbs.HoldEchoer); the stream uses it when both sides
+	// can and congestion control is on.
+	HoldEcho bool
 	// PacketMTU is the payload per packet the endpoint's QP can carry
 	// beyond MTU (Config.MaxPacketMTU), 0 when it offers none; the stream
 	// uses the smaller of the two sides' when both offer one.

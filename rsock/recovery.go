@@ -12,6 +12,7 @@ type recovery struct {
 	wideSACK   bool // selective NAKs of up to 4096 PSNs, on top of selective repeat
 	ecn        bool // ECN-capable requests, CE echoes and the reaction, on top of congestion control
 	dupEcho    bool // duplicate echoes and undoing spurious reductions, on top of congestion control
+	holdEcho   bool // hold echoes and round trips without the hosts' holds, on top of congestion control
 }
 
 // recoveryFor is the loss recovery of a stream between an endpoint with
@@ -26,6 +27,7 @@ func recoveryFor(local, peer Params) recovery {
 		wideSACK:   sr && local.WideSACK && peer.WideSACK,
 		ecn:        cc && local.ECN && peer.ECN,
 		dupEcho:    cc && local.DuplicateEcho && peer.DuplicateEcho,
+		holdEcho:   cc && local.HoldEcho && peer.HoldEcho,
 	}
 }
 
@@ -63,6 +65,11 @@ func (e *Endpoint) setRecovery(r recovery, ringSize, mtu, depth int) error {
 	}
 	if r.dupEcho {
 		if err := e.qp.(verbs.DuplicateEchoer).SetDuplicateEcho(true); err != nil {
+			return err
+		}
+	}
+	if r.holdEcho {
+		if err := e.qp.(verbs.HoldEchoer).SetHoldEcho(true); err != nil {
 			return err
 		}
 	}

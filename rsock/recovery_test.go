@@ -12,14 +12,16 @@ import (
 
 // TestRecoveryFor: each loss-recovery feature is used only when both
 // sides offer it, the extensions of selective repeat (congestion
-// control, wide SACK) only with it, and ECN and duplicate echoes only
-// with congestion control.
+// control, wide SACK) only with it, and ECN, duplicate and hold echoes
+// only with congestion control.
 func TestRecoveryFor(t *testing.T) {
 	all := Params{SelectiveRepeat: true, CongestionControl: true, WideSACK: true}
 	withECN := all
 	withECN.ECN = true
 	withDup := all
 	withDup.DuplicateEcho = true
+	withHold := all
+	withHold.HoldEcho = true
 	for _, tc := range []struct {
 		name        string
 		local, peer Params
@@ -46,6 +48,10 @@ func TestRecoveryFor(t *testing.T) {
 		{"old peer: no duplicate echoes", withDup, all, recovery{selective: true, congestion: true, wideSACK: true}},
 		{"duplicate echoes without congestion control at the peer", withDup,
 			Params{SelectiveRepeat: true, DuplicateEcho: true}, recovery{selective: true}},
+		{"both echo holds", withHold, withHold, recovery{selective: true, congestion: true, wideSACK: true, holdEcho: true}},
+		{"old peer: no hold echoes", withHold, all, recovery{selective: true, congestion: true, wideSACK: true}},
+		{"hold echoes without congestion control at the peer", withHold,
+			Params{SelectiveRepeat: true, HoldEcho: true}, recovery{selective: true}},
 	} {
 		if got := recoveryFor(tc.local, tc.peer); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)

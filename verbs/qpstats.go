@@ -20,7 +20,12 @@ type QPStats struct {
 	// PacingRate is the rate the congestion controller paces request
 	// packets at, in bytes per second; 0 when they are not paced.
 	PacingRate uint64
-	Inflight   int // request packets sent and not yet acknowledged
+	// HostDelay is how long the hosts hold a request and its ACK
+	// (smoothed), which the congestion controller takes out of the
+	// round trips it samples: 0 without hold echoes, which rsock peers
+	// negotiate. SRTT keeps it.
+	HostDelay time.Duration
+	Inflight  int // request packets sent and not yet acknowledged
 	// Reordering is how many later transmissions may arrive before a
 	// packet that has not counts as lost (selective repeat: 3 at first,
 	// more once resends prove the path reorders); SpuriousResends are

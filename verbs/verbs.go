@@ -146,6 +146,11 @@ type Counters struct {
 	DupEchoesSent   uint64
 	DupEchoesRecv   uint64
 	CongestionUndos uint64
+	// HoldEchoesSent and HoldEchoesRecv count the hold echoes that tell
+	// the requester how long the responder held requests before it
+	// acknowledged them (rsock peers with congestion control).
+	HoldEchoesSent uint64
+	HoldEchoesRecv uint64
 	// SpuriousTimeouts counts local ACK timeouts (selective repeat, with
 	// duplicate echoes) whose first resend the peer reported receiving
 	// twice: the acknowledgement was late, not lost. Each raises the
@@ -187,6 +192,8 @@ func (c *Counters) Add(o Counters) {
 	c.DupEchoesRecv += o.DupEchoesRecv
 	c.CongestionUndos += o.CongestionUndos
 	c.SpuriousTimeouts += o.SpuriousTimeouts
+	c.HoldEchoesSent += o.HoldEchoesSent
+	c.HoldEchoesRecv += o.HoldEchoesRecv
 }
 
 // SelectiveRepeater is implemented by QPs that can recover losses
@@ -243,6 +250,15 @@ type PacketMTUSetter interface {
 // RTS; peers negotiate it.
 type DuplicateEchoer interface {
 	SetDuplicateEcho(on bool) error
+}
+
+// HoldEchoer is implemented by QPs that can echo, on top of congestion
+// control, how long the responder held requests before it acknowledged
+// them, and take the holds of both hosts out of the round trips the
+// controller samples. Both ends must enable it, before the QP reaches RTS;
+// peers negotiate it.
+type HoldEchoer interface {
+	SetHoldEcho(on bool) error
 }
 
 // WideSACKer is implemented by QPs whose selective repeat can track and

@@ -138,6 +138,9 @@ func rdmaDetails(c netconn.ConnStats) string {
 	if c.CongestionEvents > 0 {
 		fmt.Fprintf(&b, " cong_events:%d", c.CongestionEvents)
 	}
+	if c.HostDelay > 0 {
+		fmt.Fprintf(&b, " host_delay:%s", ms(c.HostDelay))
+	}
 	if c.ECNCERecv+c.ECNEchoesSent+c.ECNEchoesRecv+c.ECNMarksEchoed > 0 {
 		fmt.Fprintf(&b, " ecn_ce_recv:%d ecn_echoes_sent:%d ecn_echoes_recv:%d ecn_marks_echoed:%d",
 			c.ECNCERecv, c.ECNEchoesSent, c.ECNEchoesRecv, c.ECNMarksEchoed)

@@ -80,6 +80,8 @@ var deviceCounters = []struct {
 	{"rsock_device_ecn_marks_echoed_total", "CE marks that echoes reported on sent packets.", func(c *verbs.Counters) uint64 { return c.ECNMarksEchoed }},
 	{"rsock_device_dup_echoes_sent_total", "Duplicate echoes sent to requesters.", func(c *verbs.Counters) uint64 { return c.DupEchoesSent }},
 	{"rsock_device_dup_echoes_received_total", "Duplicate echoes received from responders.", func(c *verbs.Counters) uint64 { return c.DupEchoesRecv }},
+	{"rsock_device_hold_echoes_sent_total", "Hold echoes sent to requesters.", func(c *verbs.Counters) uint64 { return c.HoldEchoesSent }},
+	{"rsock_device_hold_echoes_received_total", "Hold echoes received from responders.", func(c *verbs.Counters) uint64 { return c.HoldEchoesRecv }},
 	{"rsock_device_congestion_undos_total", "Window reductions undone because every resend behind them proved spurious.", func(c *verbs.Counters) uint64 { return c.CongestionUndos }},
 }
 

@@ -178,6 +178,15 @@ func (f *forger) dupEcho(qpn, count, dupPSN uint32) []byte {
 	return b
 }
 
+// holdEcho returns a hold echo (rsock's RC_HOLD_ECHO) to qpn claiming a
+// hold of us microseconds of the request at heldPSN, at a random PSN.
+func (f *forger) holdEcho(qpn, us, heldPSN uint32) []byte {
+	b := make([]byte, wire.BTHLen+wire.HoldEchoLen)
+	wire.BTH(b).Encode(&wire.BTHFields{Opcode: wire.RCHoldEcho, MigReq: true, PKey: wire.DefaultPKey, DestQP: qpn, PSN: f.rnd.Uint32() & wire.PSNMask})
+	wire.HoldEcho(b[wire.BTHLen:]).Encode(us, heldPSN)
+	return b
+}
+
 // psnNear returns a PSN from base+lo to base+hi (modulo 2^24; lo and hi
 // may be negative).
 func (f *forger) psnNear(base uint32, lo, hi int) uint32 {

@@ -110,6 +110,9 @@ var (
 	// dupEchoes counts duplicate echoes: heard (a queue pair with
 	// duplicate echoes) or dropped as unexpected (one without).
 	dupEchoes = counterSum{"DupEchoesRecv+UnexpectedResponses", func(c verbs.Counters) uint64 { return c.DupEchoesRecv + c.UnexpectedResponses }}
+	// holdEchoes counts hold echoes: heard (a queue pair with hold
+	// echoes) or dropped as unexpected (one without).
+	holdEchoes = counterSum{"HoldEchoesRecv+UnexpectedResponses", func(c verbs.Counters) uint64 { return c.HoldEchoesRecv + c.UnexpectedResponses }}
 )
 
 // attack is one class of forged packets aimed at a victim.
@@ -251,6 +254,19 @@ var attacks = []attack{
 			ps = append(ps, f.dupEcho(v.params.QPN, f.rnd.Uint32N(1<<20), f.psnNear(v.params.PSN, -64, 1<<16)))
 		}
 		return ps, peer.link, dupEchoes
+	}},
+	{name: "spoofed hold echoes", build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
+		// Each claims a hold of up to 2^32 µs for a PSN near the
+		// victim's latest: the requester believes at most a second, and
+		// keeps an eighth of every round trip it samples, so that forged
+		// holds can at most double what it has in flight (Inflight), as
+		// a forged ACK can; the flows must stay intact. (Not exact, as
+		// ECN echoes.)
+		var ps [][]byte
+		for range n {
+			ps = append(ps, f.holdEcho(v.params.QPN, f.rnd.Uint32(), f.psnNear(v.params.PSN, -64, 1<<16)))
+		}
+		return ps, peer.link, holdEchoes
 	}},
 	{name: "flood of one spoofed duplicate", flood: true, build: func(f *forger, v, peer *side, n int) ([][]byte, netip.AddrPort, counterSum) {
 		p := f.request(v.params.QPN, behind(f, peer), ringOutside(f, v), v.params.RingRKey)

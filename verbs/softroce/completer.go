@@ -73,6 +73,9 @@ func (q *QP) complete(pkt *wire.Packet) {
 	case wire.RCDuplicateEcho:
 		q.onDupEcho(pkt)
 		return
+	case wire.RCHoldEcho:
+		q.onHoldEcho(pkt)
+		return
 	}
 	psn := pkt.BTH.PSN()
 	// Only a response within the outstanding range is acted on (IBA

@@ -95,8 +95,12 @@ type congestionControl interface {
 	// OnPacketsAcked counts n packets newly acknowledged; acked is the
 	// newest PSN acknowledged, high one past the highest PSN sent.
 	OnPacketsAcked(n int, acked, high uint32)
-	// OnRTTSample feeds the round trip of one packet sent once.
+	// OnRTTSample feeds the round trip of one packet sent once, less
+	// what the hosts held it (OnHostDelay): the network's.
 	OnRTTSample(now, rtt int64)
+	// OnHostDelay feeds how long the hosts held a packet and its ACK
+	// (hold echoes, holdecho_qp.go), before the sample it belongs to.
+	OnHostDelay(d int64)
 	// OnPacketsLost counts n packets resent because they were lost.
 	OnPacketsLost(n int)
 	// OnECNMarks counts n packets the peer reported CE-marked.
@@ -107,8 +111,11 @@ type congestionControl interface {
 	OnSpuriousResends(n int, resentAt int64) bool
 	// OnTimeout collapses the window after a retransmission timeout.
 	OnTimeout(high uint32)
-	// Cwnd is the congestion window.
+	// Cwnd is the congestion window: the packets the network holds.
 	Cwnd() int
+	// Inflight is how many packets may be unacknowledged: the window and
+	// those the hosts hold, at the window's rate, up to twice the window.
+	Inflight() int
 	// TimeUntilSend is how long the next packet waits for the pacer (0:
 	// send now).
 	TimeUntilSend(now int64) int64
@@ -188,6 +195,10 @@ type delayGated struct {
 	minRTT, epochMin, prevMin int64
 	epochStart                int64
 	srtt                      int64 // smoothed over every sample (1/8)
+	// hostDelay is how long the hosts hold a packet and its ACK,
+	// smoothed over every sample that reported it (1/8); it is not in
+	// srtt or minRTT.
+	hostDelay int64
 	// pathRTT, when not 0, bounds minRTT from above: the least round trip
 	// measured on the path by other means (the handshake's TCP
 	// connection, before this flow sent), for a flow that starts behind
@@ -235,6 +246,30 @@ func newDelayGated(max int, psn uint32) *delayGated {
 var _ congestionControl = (*delayGated)(nil)
 
 func (c *delayGated) Cwnd() int { return c.cwnd }
+
+// Inflight adds to the window the packets that wait in the hosts: a
+// round trip the hosts lengthen by hostDelay holds cwnd×hostDelay/srtt
+// more packets at the window's rate, none of them in the network. TCP's
+// kernel acknowledges in the softirq that received; without this, a
+// window that shares a bottleneck's losses with a TCP flow's would buy
+// a rate lower by the round trips' ratio. At most twice the window, so
+// that a host that falls behind only ever holds a window's worth.
+func (c *delayGated) Inflight() int {
+	if c.hostDelay <= 0 || c.srtt <= 0 {
+		return c.cwnd
+	}
+	extra := int64(c.cwnd) * c.hostDelay / c.srtt
+	return min(c.cwnd+int(min(extra, int64(c.cwnd))), c.max)
+}
+
+func (c *delayGated) OnHostDelay(d int64) {
+	d = max(d, 0)
+	if c.hostDelay == 0 {
+		c.hostDelay = d
+	} else {
+		c.hostDelay += (d - c.hostDelay) / 8
+	}
+}
 
 func (c *delayGated) Stats() (float64, uint64) {
 	if c.pace.interval == 0 {
@@ -658,4 +693,11 @@ func (c *delayGated) setPacing() {
 	// by a stall (a descheduled peer, a timeout) must not space packets
 	// further apart than maxPaceInterval.
 	c.pace.setInterval(min(int64(float64(rtt)/(float64(c.cwnd)*gain)), maxPaceInterval))
+}
+
+// networkRTT is what the network took of a round trip rtt that the hosts
+// held for host: at least an eighth of rtt, so that an overstated hold
+// (a clock step, a forged echo) cannot make the path look free.
+func networkRTT(rtt, host int64) int64 {
+	return max(rtt-max(host, 0), rtt/8)
 }

@@ -48,7 +48,7 @@ func (q *QP) startCongestion(max int, psn uint32) {
 		// With a 2048-packet window that flight, sent before any round
 		// trip paced it, began the resend storms seen at a 100 Mbit/s
 		// link (1,100-1,900 PSNs in flight in their first second).
-		q.comp.win.cwnd = cc.Cwnd()
+		q.comp.win.cwnd = cc.Inflight()
 	}
 	q.ccEvents = 0
 	q.paceAt = 0
@@ -65,7 +65,13 @@ func (q *QP) ccSample(psn uint32, now int64) {
 	if sb.at[i] != 0 || sb.sentAt[i] == 0 {
 		return
 	}
-	cc.OnRTTSample(now, now-sb.sentAt[i])
+	rtt := now - sb.sentAt[i]
+	if q.holdEcho {
+		net := networkRTT(rtt, q.hostDelay(psn))
+		cc.OnHostDelay(rtt - net)
+		rtt = net
+	}
+	cc.OnRTTSample(now, rtt)
 }
 
 // ccSent charges one transmission to the pacer.

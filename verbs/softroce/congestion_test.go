@@ -778,3 +778,36 @@ func TestCongestionCompeteTakesRoundTrips(t *testing.T) {
 		t.Fatalf("not competing after a queue stood for more than %d round trips", competeRounds)
 	}
 }
+
+// TestCongestionHostDelay: the packets the hosts hold are in flight
+// beyond the window, in proportion to the hosts' delay over the network's
+// round trip, up to twice the window and never past max; without a host
+// delay the window alone. networkRTT keeps at least an eighth of a
+// sample, however long the hold it is told.
+func TestCongestionHostDelay(t *testing.T) {
+	for _, c := range []struct {
+		host, want int64 // host delay in µs; Inflight for a 100-packet window over a 2 ms round trip
+	}{{0, 100}, {500, 125}, {2000, 200}, {9000, 200}} {
+		cc := newDelayGated(2048, 0)
+		cc.cwnd = 100
+		for range 50 {
+			cc.OnHostDelay(c.host * 1000)
+			cc.OnRTTSample(int64(time.Second), 2*int64(time.Millisecond))
+		}
+		if got := cc.Inflight(); int64(got) != c.want || cc.srtt != 2*int64(time.Millisecond) {
+			t.Errorf("host delay %d µs: Inflight %d, srtt %v; want %d and 2ms", c.host, got, time.Duration(cc.srtt), c.want)
+		}
+	}
+	cc := newDelayGated(150, 0)
+	cc.cwnd = 100
+	cc.OnHostDelay(int64(time.Millisecond))
+	cc.OnRTTSample(int64(time.Second), int64(time.Millisecond))
+	if got := cc.Inflight(); got != 150 {
+		t.Errorf("Inflight %d past max 150", got)
+	}
+	for _, c := range []struct{ rtt, host, want int64 }{{1000, 300, 700}, {1000, 0, 1000}, {1000, -5, 1000}, {1000, 990, 125}, {1000, 5000, 125}} {
+		if got := networkRTT(c.rtt, c.host); got != c.want {
+			t.Errorf("networkRTT(%d, %d) = %d, want %d", c.rtt, c.host, got, c.want)
+		}
+	}
+}

@@ -40,6 +40,8 @@ const (
 	cECNMarksEchoed
 	cDupEchoesSent
 	cDupEchoesRecv
+	cHoldEchoesSent
+	cHoldEchoesRecv
 	cCongestionUndos
 	cSpuriousTimeouts
 	numCounters
@@ -85,6 +87,8 @@ func (c *counters) snapshot() verbs.Counters {
 
 		DupEchoesSent:   c[cDupEchoesSent].Load(),
 		DupEchoesRecv:   c[cDupEchoesRecv].Load(),
+		HoldEchoesSent:  c[cHoldEchoesSent].Load(),
+		HoldEchoesRecv:  c[cHoldEchoesRecv].Load(),
 		CongestionUndos: c[cCongestionUndos].Load(),
 
 		SpuriousTimeouts: c[cSpuriousTimeouts].Load(),

@@ -92,7 +92,13 @@ func deliverDupEcho(a *node, from netip.AddrPort, psn, count, dupPSN uint32) {
 	buf := make([]byte, wire.BTHLen+wire.DupEchoLen, wire.BTHLen+wire.DupEchoLen+wire.ICRCLen)
 	wire.BTH(buf).Encode(&wire.BTHFields{Opcode: wire.RCDuplicateEcho, MigReq: true, PKey: wire.DefaultPKey, DestQP: a.qp.QPN(), PSN: psn})
 	wire.DupEcho(buf[wire.BTHLen:]).Encode(count, dupPSN)
-	a.dev.rx.batch([]link.Packet{{Buf: buf, N: len(buf), Addr: from, ICRC: link.ICRCGood}})
+	deliverFrom(a, from, buf)
+}
+
+// deliverFrom hands a the packet buf (BTH onward, room for the ICRC
+// after it) from addr, as its receive loop would, stamped as arrived now.
+func deliverFrom(a *node, from netip.AddrPort, buf []byte) {
+	a.dev.rx.batch([]link.Packet{{Buf: buf, N: len(buf), Addr: from, ICRC: link.ICRCGood, Arrived: time.Now().UnixNano()}})
 }
 
 // TestDupEchoForged sends a requester hand-written duplicate echoes. A

@@ -90,6 +90,7 @@ type pairOpts struct {
 	ecnOffA     bool
 	wide        bool // wide SACK on both QPs
 	dupEcho     bool // duplicate echoes on both QPs
+	holdEcho    bool // hold echoes on both QPs
 	packetMTU   int  // SetPacketMTU on both QPs, but for b's with packetOffB
 	packetOffB  bool
 	capture     *Capture
@@ -177,6 +178,7 @@ func connect(t testing.TB, a, b *node, o pairOpts) {
 		must(t, me.qp.SetECN(o.ecn && !(me == a && o.ecnOffA)))
 		must(t, me.qp.SetWideSACK(o.wide))
 		must(t, me.qp.SetDuplicateEcho(o.dupEcho))
+		must(t, me.qp.SetHoldEcho(o.holdEcho))
 		if !(me == b && o.packetOffB) {
 			must(t, me.qp.SetPacketMTU(o.packetMTU))
 		}

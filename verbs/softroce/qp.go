@@ -66,6 +66,11 @@ type QP struct {
 	dupEcho   bool
 	dupCounts dupState
 
+	// Hold echoes (holdecho_qp.go): negotiated (SetHoldEcho), and the
+	// arrival times they are measured from.
+	holdEcho bool
+	hold     holdState
+
 	// Send queue: a ring indexed by free-running counters.
 	// sqHead ≤ sqNext ≤ sqTail: [sqHead, sqNext) are transmitted and not
 	// yet completed, [sqNext, sqTail) wait for (re)transmission.

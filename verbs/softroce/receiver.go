@@ -84,7 +84,7 @@ func (rx *receiver) process(pkts []link.Packet) {
 		rx.handle(&pkts[i])
 	}
 	for i, q := range rx.owed {
-		rx.reserve(3)
+		rx.reserve(4)
 		q.mu.Lock()
 		// The echoes first: their marks and duplicates then count in the
 		// round trip that the ACK after them may end.
@@ -137,10 +137,13 @@ func (rx *receiver) handle(p *link.Packet) {
 	}
 	q.stats.add(cRecvPackets, 1)
 	if pkt.BTH.Opcode().Flags().Has(wire.FlagRequest) {
+		q.noteArrival(pkt.BTH.PSN(), p.Arrived)
 		q.noteECN(p.ECN, rx)
 		q.respond(&pkt, rx)
 	} else {
+		q.hold.respArrived = p.Arrived
 		q.complete(&pkt)
+		q.hold.respArrived = 0
 	}
 }
 

@@ -586,6 +586,7 @@ func (q *QP) sendOwedAck(rx *receiver) {
 	}
 	if !r.placed.empty() {
 		r.ackPending = false
+		q.sendHoldEcho(rx)
 		q.buildSelectiveNAK(rx.packet())
 		return
 	}
@@ -602,6 +603,7 @@ func (q *QP) sendOwedAck(rx *receiver) {
 		return
 	}
 	r.ackPending = false
+	q.sendHoldEcho(rx)
 	q.sendAETH(rx, r.ackPSN, wire.ACKSyndrome(31))
 }
 

@@ -30,6 +30,9 @@ func (q *QP) Stats() verbs.QPStats {
 		s.Reordering, s.SpuriousResends = int(sb.dupThresh), sb.spurious
 	}
 	s.PacingRate = q.pacingRate()
+	if cc, ok := q.comp.win.cc.(*delayGated); ok {
+		s.HostDelay = time.Duration(cc.hostDelay)
+	}
 	q.countCongestion()
 	s.Counters.CongestionEvents = q.stats[cCongestionEvents].Load()
 	if q.attr.State == verbs.QPSRTS || q.attr.State == verbs.QPSSQD {

@@ -74,7 +74,7 @@ func newProportionalWindow(max int, psn uint32) sendWindow {
 func (w *sendWindow) onAck(n int, acked, high uint32) {
 	if w.cc != nil {
 		w.cc.OnPacketsAcked(n, acked, high)
-		w.cwnd = w.cc.Cwnd()
+		w.cwnd = w.cc.Inflight()
 		return
 	}
 	if w.proportional {
@@ -122,7 +122,7 @@ func (w *sendWindow) endRound(high uint32) {
 func (w *sendWindow) onResent(n int) {
 	if w.cc != nil {
 		w.cc.OnPacketsLost(n)
-		w.cwnd = w.cc.Cwnd() // a loss burst halves it at once
+		w.cwnd = w.cc.Inflight() // a loss burst halves it at once
 		return
 	}
 	w.roundLost += n
@@ -149,7 +149,7 @@ func (w *sendWindow) onSpuriousResends(n int, resentAt int64) bool {
 	if w.cc == nil || !w.cc.OnSpuriousResends(n, resentAt) {
 		return false
 	}
-	w.cwnd = w.cc.Cwnd()
+	w.cwnd = w.cc.Inflight()
 	return true
 }
 
@@ -157,7 +157,7 @@ func (w *sendWindow) onSpuriousResends(n int, resentAt int64) bool {
 func (w *sendWindow) onTimeout(high uint32) {
 	if w.cc != nil {
 		w.cc.OnTimeout(high)
-		w.cwnd = w.cc.Cwnd()
+		w.cwnd = w.cc.Inflight()
 		return
 	}
 	w.ssthresh = max(w.cwnd/2, minWindow)

@@ -96,6 +96,10 @@ type Packet struct {
 	// the codepoint the packet arrived with, on links that read it (udp,
 	// dpdk); others leave ECNNotECT.
 	ECN ECN
+	// Arrived is when the packet arrived, by the host's clock
+	// (time.Now().UnixNano(), CLOCK_REALTIME), as the link's kernel
+	// stamped it; 0 when the link does not tell.
+	Arrived int64
 	// Tail, when not nil, is the rest of the packet, left where it is
 	// instead of copied: the packet is Buf[:N] (then only its headers,
 	// BTH through the extended transport headers) followed by Tail (the

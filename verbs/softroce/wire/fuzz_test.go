@@ -108,6 +108,12 @@ func FuzzParse(f *testing.F) {
 		if p.DupEcho != nil && p.DupEcho.PSN() > PSNMask {
 			t.Fatalf("DupEcho PSN %#x past 24 bits", p.DupEcho.PSN())
 		}
+		if (p.HoldEcho != nil) != (op == RCHoldEcho) {
+			t.Fatalf("HoldEcho view %x on %v", []byte(p.HoldEcho), op)
+		}
+		if p.HoldEcho != nil && p.HoldEcho.PSN() > PSNMask {
+			t.Fatalf("HoldEcho PSN %#x past 24 bits", p.HoldEcho.PSN())
+		}
 		_ = op.String()
 	})
 }

@@ -98,6 +98,8 @@ const (
 	FlagECNEcho
 	// FlagDupEcho means a DupEcho header follows the BTH.
 	FlagDupEcho
+	// FlagHoldEcho means a HoldEcho header follows the BTH.
+	FlagHoldEcho
 )
 
 // Has reports whether all bits of g are set in f.
@@ -143,6 +145,7 @@ var opTable = [256]opInfo{
 	RCSelectiveNAK:       {"RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, BTHLen + AETHLen},
 	RCECNEcho:            {"RC_ECN_ECHO", FlagResponse | FlagAck | FlagECNEcho, BTHLen + ECNEchoLen},
 	RCDuplicateEcho:      {"RC_DUPLICATE_ECHO", FlagResponse | FlagAck | FlagDupEcho, BTHLen + DupEchoLen},
+	RCHoldEcho:           {"RC_HOLD_ECHO", FlagResponse | FlagAck | FlagHoldEcho, BTHLen + HoldEchoLen},
 }
 
 // String returns the IBA name of the opcode without the "IB_OPCODE_"

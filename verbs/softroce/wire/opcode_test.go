@@ -45,6 +45,7 @@ func TestOpcodeTable(t *testing.T) {
 		{RCSelectiveNAK, 0xe0, "RC_SELECTIVE_NAK", FlagResponse | FlagAck | FlagAETH | FlagPayload, 16},
 		{RCECNEcho, 0xe1, "RC_ECN_ECHO", FlagResponse | FlagAck | FlagECNEcho, 20},
 		{RCDuplicateEcho, 0xe2, "RC_DUPLICATE_ECHO", FlagResponse | FlagAck | FlagDupEcho, 20},
+		{RCHoldEcho, 0xe3, "RC_HOLD_ECHO", FlagResponse | FlagAck | FlagHoldEcho, 20},
 	}
 	valid := make(map[Opcode]bool)
 	for _, tc := range tests {
@@ -65,8 +66,8 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%s HeaderLen = %d, want %d", tc.name, got, tc.hlen)
 		}
 	}
-	if len(valid) != 26 {
-		t.Errorf("%d distinct opcodes in table, want 26", len(valid))
+	if len(valid) != 27 {
+		t.Errorf("%d distinct opcodes in table, want 27", len(valid))
 	}
 	for i := range 256 {
 		op := Opcode(i)
@@ -91,7 +92,7 @@ func TestOpcodeFlagsConsistent(t *testing.T) {
 	}{
 		{FlagRETH, RETHLen}, {FlagAETH, AETHLen}, {FlagImm, ImmDtLen}, {FlagIETH, IETHLen},
 		{FlagAtomicETH, AtomicETHLen}, {FlagAtomicAckETH, AtomicAckETHLen}, {FlagECNEcho, ECNEchoLen},
-		{FlagDupEcho, DupEchoLen},
+		{FlagDupEcho, DupEchoLen}, {FlagHoldEcho, HoldEchoLen},
 	}
 	for i := range 256 {
 		op := Opcode(i)

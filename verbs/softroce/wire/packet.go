@@ -43,6 +43,8 @@ type Packet struct {
 	ECNEcho ECNEcho
 	// DupEcho is set for RC_DUPLICATE_ECHO.
 	DupEcho DupEcho
+	// HoldEcho is set for RC_HOLD_ECHO.
+	HoldEcho HoldEcho
 	// Payload is the payload without pad bytes; nil for opcodes without
 	// payload and empty (non-nil) for a zero-length payload.
 	Payload []byte
@@ -62,7 +64,7 @@ func view(b []byte, off, n int) []byte { return b[off : off+n : off+n] }
 // already removed), into header views and payload. It does not copy or
 // allocate, and it never panics. Header order after the BTH follows the
 // IBA: RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (and rsock's
-// ECNEcho or DupEcho, alone after the BTH).
+// ECNEcho, DupEcho or HoldEcho, alone after the BTH).
 func Parse(b []byte) (Packet, error) { return parse(b, nil, false) }
 
 // ParseSplit is Parse for a packet held in two pieces: head is exactly its
@@ -137,6 +139,9 @@ func parse(b, tail []byte, split bool) (Packet, error) {
 	}
 	if f&FlagDupEcho != 0 {
 		p.DupEcho = view(b, off, DupEchoLen)
+	}
+	if f&FlagHoldEcho != 0 {
+		p.HoldEcho = view(b, off, HoldEchoLen)
 	}
 	switch {
 	case f&FlagPayload == 0:

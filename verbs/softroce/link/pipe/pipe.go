@@ -5,7 +5,8 @@
 //
 // Send computes and appends each packet's ICRC exactly as the udp link does
 // (IPv4 ID 0), and Recv checks it. Unlike a UDP socket the pipe sees every
-// covered field, so Recv reports only link.ICRCGood or link.ICRCBad.
+// covered field, so Recv reports only link.ICRCGood or link.ICRCBad. Recv
+// stamps each packet with when it reached the receiver (Packet.Arrived).
 //
 // Packets are copied into buffers from a bounded free list and queued on
 // the destination's bounded receive queue (QueueLen packets; overflow drops
@@ -60,6 +61,11 @@ type Faults struct {
 	// Jitter adds a uniformly random extra delay in [0, Jitter) per packet.
 	// Jittered packets can overtake each other.
 	Jitter time.Duration
+	// Hold is how long the receiving host holds each packet after it
+	// arrived, before Recv may return it, as a busy process's socket
+	// queue does: Packet.Arrived says when it arrived, Hold before Recv
+	// can see it. It adds to Delay and Jitter.
+	Hold time.Duration
 	// Mark is the probability of setting CE on an ECN-capable packet
 	// (Packet.ECN ECT(0) or ECT(1)), as a marking queue would. The
 	// network carries every packet's ECN codepoint to Recv.
@@ -114,6 +120,7 @@ type packet struct {
 	buf []byte
 	src netip.AddrPort
 	ecn link.ECN
+	at  int64 // when it reached the receiver's queue (wall clock, ns): Packet.Arrived
 }
 
 // NewNetwork returns a network applying faults f.
@@ -254,6 +261,10 @@ func (n *Network) route(e *Endpoint, p packet, hold bool, now int64) {
 	if n.faults.Jitter > 0 {
 		d += n.rng.Int64N(int64(n.faults.Jitter))
 	}
+	if h := int64(n.faults.Hold); h > 0 {
+		p.at = time.Now().UnixNano() + d
+		d += h
+	}
 	if d <= 0 {
 		n.deliver(e, p, hold, now)
 		return
@@ -338,6 +349,9 @@ func (e *Endpoint) enqueue(p packet) {
 	if e.count == len(e.q) {
 		e.n.drop(p)
 		return
+	}
+	if p.at == 0 {
+		p.at = time.Now().UnixNano()
 	}
 	e.q[(e.head+e.count)%len(e.q)] = p
 	e.count++
@@ -465,6 +479,7 @@ func (e *Endpoint) Recv(pkts []link.Packet) (int, error) {
 			dst.N = len(q.buf) - wire.ICRCLen
 			dst.Addr = q.src
 			dst.ECN = q.ecn
+			dst.Arrived = q.at
 			n.putBuf(q.buf)
 			n.stats.Delivered++
 			k++

@@ -38,6 +38,7 @@ type rxScratch struct {
 	gso       int
 	src       netip.AddrPort
 	ecn       link.ECN
+	arrived   int64 // the current message's kernel timestamp
 
 	// ids holds how the ICRC changes with the IPv4 ID, by packet length.
 	ids idCache
@@ -371,7 +372,7 @@ func (l *Link) unpackRecv(s *rxScratch, pkts []link.Packet) int {
 		n := size - wire.ICRCLen
 		p.N = n
 		p.Addr = src
-		_, p.ECN = parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+		_, p.ECN, p.Arrived = parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
 		p.ICRC = l.checkICRC(s, src, p.Buf[:n], wire.ICRCOf(p.Buf[n:size]), 0)
 		j++
 	}
@@ -393,11 +394,11 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 		l.drops.Add(1)
 		return false
 	}
-	gso, ecn := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
+	gso, ecn, at := parseControl(s.ctl[i*rxCtlSpace : i*rxCtlSpace+int(h.Hdr.Controllen)])
 	if gso <= 0 || gso >= size {
 		gso = size
 	}
-	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn = true, 0, 0, gso, src, ecn
+	s.inMsg, s.pos, s.seg, s.gso, s.src, s.ecn, s.arrived = true, 0, 0, gso, src, ecn, at
 	return true
 }
 
@@ -407,7 +408,7 @@ func (l *Link) enterMsg(s *rxScratch) bool {
 // kernel coalesces only datagrams with the same TOS (inet_gro_receive and
 // ipv6_gro_receive flush on a difference), so the one codepoint is every
 // segment's.
-func parseControl(ctl []byte) (gso int, ecn link.ECN) {
+func parseControl(ctl []byte) (gso int, ecn link.ECN, arrived int64) {
 	for len(ctl) > 0 {
 		ch, data, rest, err := unix.ParseOneSocketControlMessage(ctl)
 		if err != nil {
@@ -420,10 +421,13 @@ func parseControl(ctl []byte) (gso int, ecn link.ECN) {
 			ecn = link.ECN(data[0] & 3)
 		case ch.Level == unix.IPPROTO_IPV6 && ch.Type == unix.IPV6_TCLASS && len(data) >= 4:
 			ecn = link.ECN(binary.NativeEndian.Uint32(data) & 3)
+		case ch.Level == unix.SOL_SOCKET && ch.Type == unix.SCM_TIMESTAMPNS && len(data) >= sizeofTimespec:
+			ts := (*unix.Timespec)(unsafe.Pointer(&data[0]))
+			arrived = ts.Nano()
 		}
 		ctl = rest
 	}
-	return gso, ecn
+	return gso, ecn, arrived
 }
 
 // drain splits received GRO messages into pkts, from where the last call
@@ -461,6 +465,7 @@ func (l *Link) drain(s *rxScratch, pkts []link.Packet) int {
 		p.N = n
 		p.Addr = s.src
 		p.ECN = s.ecn
+		p.Arrived = s.arrived
 		p.ICRC = l.checkICRC(s, s.src, data[:n], wire.ICRCOf(data[n:seg]), idx)
 		j++
 	}

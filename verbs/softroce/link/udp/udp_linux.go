@@ -47,7 +47,9 @@ var (
 	txCtlTOSLen   = unix.CmsgLen(4)
 	txCtlTOSSpace = unix.CmsgSpace(4)
 	txCtlSpace    = txCtlSegSpace + txCtlTOSSpace
-	rxCtlSpace    = 3 * unix.CmsgSpace(4)
+	// sizeofTimespec is the size of a unix.Timespec (SCM_TIMESTAMPNS).
+	sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))
+	rxCtlSpace     = 3*unix.CmsgSpace(4) + unix.CmsgSpace(sizeofTimespec)
 )
 
 // Link is a link.Link over a kernel UDP socket. Create it with Listen.
@@ -201,6 +203,9 @@ func setSockopts(fd int, is4 bool, cfg Config) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 			return fmt.Errorf("setsockopt IPV6_RECVTCLASS: %w", err)
 		}
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fmt.Errorf("setsockopt SO_TIMESTAMPNS: %w", err)
 	}
 	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.RecvBuffer); err != nil {
 		return fmt.Errorf("setsockopt SO_RCVBUF: %w", err)
