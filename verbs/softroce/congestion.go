@@ -156,9 +156,7 @@ const (
 	// delayIncrease is the additive increase per round trip, in
 	// packets, while the controller yields to delay.
 	delayIncrease = 8
-	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt:
-	// slowStartGain in slow start (the competing probe's too),
-	// pacingGain otherwise.
+	// pacingGain and slowStartGain scale the pacing rate over cwnd/srtt.
 	pacingGain    = 1.25
 	slowStartGain = 2
 	// slowStartLimit is where the first slow start ends if nothing ends
@@ -687,14 +685,8 @@ func (c *delayGated) setPacing() {
 	if c.minRTT > 0 {
 		rtt = min(rtt, c.minRTT+c.paceQueue())
 	}
-	// While competing too, outside slow start, the window's rate and a
-	// quarter: slow start's 2 there took 0.53-0.60 of a 100 Mbit/s link
-	// with a 2 ms queue from a TCP flow once the round trips no longer
-	// held the hosts' holds (hold echoes), 1.25 took 0.46-0.53, and
-	// 1 Gbit/s fell in the same two groups with either (3 runs each,
-	// alternated).
 	gain := pacingGain
-	if c.cwnd < c.ssthresh {
+	if c.cwnd < c.ssthresh || c.competing() {
 		gain = slowStartGain
 	}
 	// The window, not the pacer, holds a flow back: a round trip inflated

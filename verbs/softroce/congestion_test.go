@@ -811,25 +811,3 @@ func TestCongestionHostDelay(t *testing.T) {
 		}
 	}
 }
-
-// TestCongestionPacingCompeting: while competing, past slow start, the
-// pacer runs at the window's rate and a quarter, not slow start's twice;
-// the probe (slow start while competing) keeps twice.
-func TestCongestionPacingCompeting(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		ssthresh int
-		gain     float64
-	}{{"competing", 100, pacingGain}, {"probing", 512, slowStartGain}} {
-		cc := newDelayGated(2048, 0)
-		cc.undrained = competeRounds
-		cc.cwnd, cc.ssthresh = 100, c.ssthresh
-		cc.OnRTTSample(int64(time.Second), 2*int64(time.Millisecond))
-		if !cc.competing() {
-			t.Fatal("not competing")
-		}
-		if want := int64(2 * float64(time.Millisecond) / (100 * c.gain)); cc.pace.interval != want {
-			t.Errorf("%s: pacing interval %d ns, want %d (gain %v)", c.name, cc.pace.interval, want, c.gain)
-		}
-	}
-}
