@@ -95,11 +95,10 @@ type congestionControl interface {
 	// OnPacketsAcked counts n packets newly acknowledged; acked is the
 	// newest PSN acknowledged, high one past the highest PSN sent.
 	OnPacketsAcked(n int, acked, high uint32)
-	// OnRTTSample feeds the round trip of one packet sent once, less
-	// what the hosts held it (OnHostDelay): the network's.
+	// OnRTTSample feeds the round trip of one packet sent once.
 	OnRTTSample(now, rtt int64)
 	// OnHostDelay feeds how long the hosts held a packet and its ACK
-	// (hold echoes, holdecho_qp.go), before the sample it belongs to.
+	// (hold echoes, holdecho_qp.go), of the sample that follows.
 	OnHostDelay(d int64)
 	// OnPacketsLost counts n packets resent because they were lost.
 	OnPacketsLost(n int)
@@ -113,8 +112,8 @@ type congestionControl interface {
 	OnTimeout(high uint32)
 	// Cwnd is the congestion window: the packets the network holds.
 	Cwnd() int
-	// Inflight is how many packets may be unacknowledged: the window and
-	// those the hosts hold, at the window's rate, up to twice the window.
+	// Inflight is how many packets may be unacknowledged: the window, and
+	// while competing those the hosts hold, up to twice the window.
 	Inflight() int
 	// TimeUntilSend is how long the next packet waits for the pacer (0:
 	// send now).
@@ -196,8 +195,8 @@ type delayGated struct {
 	epochStart                int64
 	srtt                      int64 // smoothed over every sample (1/8)
 	// hostDelay is how long the hosts hold a packet and its ACK,
-	// smoothed over every sample that reported it (1/8); it is not in
-	// srtt or minRTT.
+	// smoothed over every sample (1/8), with hold echoes; srtt and
+	// minRTT include it.
 	hostDelay int64
 	// pathRTT, when not 0, bounds minRTT from above: the least round trip
 	// measured on the path by other means (the handshake's TCP
@@ -247,18 +246,25 @@ var _ congestionControl = (*delayGated)(nil)
 
 func (c *delayGated) Cwnd() int { return c.cwnd }
 
-// Inflight adds to the window the packets that wait in the hosts: a
-// round trip the hosts lengthen by hostDelay holds cwnd×hostDelay/srtt
-// more packets at the window's rate, none of them in the network. TCP's
-// kernel acknowledges in the softirq that received; without this, a
-// window that shares a bottleneck's losses with a TCP flow's would buy
-// a rate lower by the round trips' ratio. At most twice the window, so
-// that a host that falls behind only ever holds a window's worth.
+// Inflight adds to the window, while competing, the packets that wait
+// in the hosts: of a round trip srtt the hosts hold hostDelay, so the
+// window spent over the rest holds cwnd×hostDelay/(srtt−hostDelay)
+// more packets at its rate, none of them in the network. TCP's kernel
+// acknowledges in the softirq that received; without this, a window
+// that shares a bottleneck's losses with a TCP flow's buys a rate lower
+// by the round trips' ratio. Only while competing, where loss and not
+// delay sets the window: yielding to delay, a receiver that cannot keep
+// up is the flow's bottleneck, and its socket's queue is the queue to
+// keep short (with the holds let in flight and the round trip taken
+// without them, a flow on a clean veth whose receiver was saturated
+// resent 6,432 packets where 503 arrived late before, and 146,455
+// against 29,072 at 1% loss). At most twice the window, so that a host
+// that falls behind holds a window's worth at most.
 func (c *delayGated) Inflight() int {
-	if c.hostDelay <= 0 || c.srtt <= 0 {
+	if !c.competing() || c.hostDelay <= 0 || c.srtt <= 0 {
 		return c.cwnd
 	}
-	extra := int64(c.cwnd) * c.hostDelay / c.srtt
+	extra := int64(c.cwnd) * c.hostDelay / max(c.srtt-c.hostDelay, c.srtt/8)
 	return min(c.cwnd+int(min(extra, int64(c.cwnd))), c.max)
 }
 

@@ -67,9 +67,7 @@ func (q *QP) ccSample(psn uint32, now int64) {
 	}
 	rtt := now - sb.sentAt[i]
 	if q.holdEcho {
-		net := networkRTT(rtt, q.hostDelay(psn))
-		cc.OnHostDelay(rtt - net)
-		rtt = net
+		cc.OnHostDelay(rtt - networkRTT(rtt, q.hostDelay(psn)))
 	}
 	cc.OnRTTSample(now, rtt)
 }

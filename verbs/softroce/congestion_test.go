@@ -779,29 +779,36 @@ func TestCongestionCompeteTakesRoundTrips(t *testing.T) {
 	}
 }
 
-// TestCongestionHostDelay: the packets the hosts hold are in flight
-// beyond the window, in proportion to the hosts' delay over the network's
-// round trip, up to twice the window and never past max; without a host
-// delay the window alone. networkRTT keeps at least an eighth of a
-// sample, however long the hold it is told.
+// TestCongestionHostDelay: while competing, the packets the hosts hold
+// are in flight beyond the window, in proportion to the hosts' share of
+// the round trip over the network's, up to twice the window and never
+// past max; without a host delay, or yielding to delay, the window alone.
+// The round trip keeps the hosts' holds. networkRTT keeps at least an
+// eighth of a sample, however long the hold it is told.
 func TestCongestionHostDelay(t *testing.T) {
 	for _, c := range []struct {
-		host, want int64 // host delay in µs; Inflight for a 100-packet window over a 2 ms round trip
-	}{{0, 100}, {500, 125}, {2000, 200}, {9000, 200}} {
+		host      int64 // host delay in µs, of a round trip of 2 ms plus it
+		competing bool
+		want      int // Inflight for a 100-packet window
+	}{{0, true, 100}, {500, true, 125}, {2000, true, 200}, {9000, true, 200}, {2000, false, 100}} {
 		cc := newDelayGated(2048, 0)
 		cc.cwnd = 100
+		if c.competing {
+			cc.undrained = competeRounds
+		}
+		rtt := 2*int64(time.Millisecond) + c.host*1000
 		for range 50 {
 			cc.OnHostDelay(c.host * 1000)
-			cc.OnRTTSample(int64(time.Second), 2*int64(time.Millisecond))
+			cc.OnRTTSample(int64(time.Second), rtt)
 		}
-		if got := cc.Inflight(); int64(got) != c.want || cc.srtt != 2*int64(time.Millisecond) {
-			t.Errorf("host delay %d µs: Inflight %d, srtt %v; want %d and 2ms", c.host, got, time.Duration(cc.srtt), c.want)
+		if got := cc.Inflight(); got != c.want || cc.srtt != rtt {
+			t.Errorf("host delay %d µs, competing %v: Inflight %d, srtt %v; want %d and %v", c.host, c.competing, got, time.Duration(cc.srtt), c.want, time.Duration(rtt))
 		}
 	}
 	cc := newDelayGated(150, 0)
-	cc.cwnd = 100
+	cc.cwnd, cc.undrained = 100, competeRounds
 	cc.OnHostDelay(int64(time.Millisecond))
-	cc.OnRTTSample(int64(time.Second), int64(time.Millisecond))
+	cc.OnRTTSample(int64(time.Second), 2*int64(time.Millisecond))
 	if got := cc.Inflight(); got != 150 {
 		t.Errorf("Inflight %d past max 150", got)
 	}
