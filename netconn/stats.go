@@ -49,9 +49,10 @@ type ConnStats struct {
 	PacingRate       uint64 `json:"pacing_rate,omitempty"`
 	CongestionEvents uint64 `json:"congestion_events,omitempty"`
 	// HostDelay is how long the two hosts hold a request and its ACK
-	// (smoothed), which the congestion controller takes out of its round
-	// trips (SRTT keeps it); rsock peers negotiate the hold echoes that
-	// measure it, on the udp link (kernel receive timestamps).
+	// (smoothed), part of SRTT, which while competing the congestion
+	// controller lets be in flight beyond its window; rsock peers
+	// negotiate the hold echoes that measure it, on the udp link (kernel
+	// receive timestamps).
 	HostDelay time.Duration `json:"host_delay_ns,omitempty"`
 	// ECN, where both peers negotiated it: ECNCERecv counts the packets
 	// this end received CE-marked (a queue on the way over its

@@ -145,8 +145,8 @@ type Params struct {
 	// congestion control is on.
 	DuplicateEcho bool
 	// HoldEcho says the endpoint's QP can echo how long it held requests
-	// before it acknowledged them, and take both hosts' holds out of its
-	// round trips (verbs.HoldEchoer); the stream uses it when both sides
+	// before it acknowledged them, and tell its controller both hosts'
+	// holds (verbs.HoldEchoer); the stream uses it when both sides
 	// can and congestion control is on.
 	HoldEcho bool
 	// PacketMTU is the payload per packet the endpoint's QP can carry

@@ -12,7 +12,7 @@ type recovery struct {
 	wideSACK   bool // selective NAKs of up to 4096 PSNs, on top of selective repeat
 	ecn        bool // ECN-capable requests, CE echoes and the reaction, on top of congestion control
 	dupEcho    bool // duplicate echoes and undoing spurious reductions, on top of congestion control
-	holdEcho   bool // hold echoes and round trips without the hosts' holds, on top of congestion control
+	holdEcho   bool // hold echoes, the hosts' holds let in flight while competing, on top of congestion control
 }
 
 // recoveryFor is the loss recovery of a stream between an endpoint with

@@ -21,9 +21,9 @@ type QPStats struct {
 	// packets at, in bytes per second; 0 when they are not paced.
 	PacingRate uint64
 	// HostDelay is how long the hosts hold a request and its ACK
-	// (smoothed), which the congestion controller takes out of the
-	// round trips it samples: 0 without hold echoes, which rsock peers
-	// negotiate. SRTT keeps it.
+	// (smoothed), part of SRTT; while competing the congestion controller
+	// lets the packets held that long be in flight beyond its window. 0
+	// without hold echoes, which rsock peers negotiate.
 	HostDelay time.Duration
 	Inflight  int // request packets sent and not yet acknowledged
 	// Reordering is how many later transmissions may arrive before a

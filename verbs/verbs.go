@@ -254,8 +254,7 @@ type DuplicateEchoer interface {
 
 // HoldEchoer is implemented by QPs that can echo, on top of congestion
 // control, how long the responder held requests before it acknowledged
-// them, and take the holds of both hosts out of the round trips the
-// controller samples. Both ends must enable it, before the QP reaches RTS;
+// them, and tell the controller the holds of both hosts. Both ends must enable it, before the QP reaches RTS;
 // peers negotiate it.
 type HoldEchoer interface {
 	SetHoldEcho(on bool) error

@@ -21,10 +21,11 @@ import (
 // So the link stamps each packet with the kernel's arrival time
 // (link.Packet.Arrived: SO_TIMESTAMPNS on the udp link), the responder
 // echoes how long it held the newest request before acknowledging it
-// (wire.HoldEcho), and the requester takes its own hold of the ACK and
-// the peer's out of each round-trip sample (congestion.go, OnHostDelay):
-// the controller sees the network's round trip, and lets the packets the
-// hosts hold be in flight beyond its window (Inflight).
+// (wire.HoldEcho), and the requester adds its own hold of the ACK to the
+// peer's and hands the sum to the controller with each round-trip sample
+// (congestion.go, OnHostDelay). The samples keep the holds; while
+// competing on loss, the controller lets the packets the hosts hold be
+// in flight beyond its window (Inflight).
 
 const (
 	// maxHold bounds a hold the requester believes: a larger one (a
@@ -53,8 +54,8 @@ type holdState struct {
 
 // SetHoldEcho turns hold echoes on or off for the QP: its responder
 // echoes how long it held requests before acknowledging them, and its
-// requester takes the peer's holds and its own out of the round trips
-// its congestion controller samples. It applies only with congestion
+// requester tells its congestion controller the peer's holds and its
+// own. It applies only with congestion
 // control (SetCongestionControl), between rsock peers that both asked
 // for it (rsock negotiates it in its handshake). It may be called in
 // RESET, INIT or RTR.

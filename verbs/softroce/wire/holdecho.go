@@ -12,9 +12,9 @@ import "encoding/binary"
 // RC_HOLD_ECHO packet: a BTH whose PSN is the PSN the responder expects
 // next, and a HoldEcho header with how long it held the newest request it
 // received, from the kernel's arrival timestamp to the echo, in
-// microseconds, and that request's PSN. The requester takes the hold out
-// of the round trip it samples for that PSN, as QUIC takes a peer's
-// ack_delay out of its samples (RFC 9002, section 5.3).
+// microseconds, and that request's PSN. The requester learns from it how
+// much of the round trip it samples for that PSN the peer held, as QUIC
+// learns a peer's ack_delay (RFC 9002, section 5.3).
 
 // RCHoldEcho is the opcode of a hold echo. It lies in the range the IBA
 // leaves to manufacturers (0xC0–0xFF), next to RCDuplicateEcho.
