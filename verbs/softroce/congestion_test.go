@@ -677,10 +677,45 @@ func TestCongestionCompeteProbes(t *testing.T) {
 			t.Fatalf("competing after a loss behind the queue: cwnd %d, ssthresh %d; want the shrunk window, out of slow start", w, s.c.ssthresh)
 		}
 		s.rounds(2, full, 0)
-		grew := s.c.Cwnd() >= 3*w
+		// The probe grows by a quarter per round trip (1.25² = 1.56 in
+		// two), not doubles; competing without it, along CUBIC's flat
+		// start, by a packet or so.
+		grew := s.c.Cwnd() >= w*3/2
 		if grew == lossy {
-			t.Errorf("lossy %v: 2 rounds of competing from %d: cwnd %d; slow start %v, want %v", lossy, w, s.c.Cwnd(), grew, !lossy)
+			t.Errorf("lossy %v: 2 rounds of competing from %d: cwnd %d; probing %v, want %v", lossy, w, s.c.Cwnd(), grew, !lossy)
 		}
+		if !lossy && s.c.Cwnd() > w*165/100 {
+			t.Errorf("2 rounds of the probe from %d: cwnd %d, want a quarter's growth per round trip (%d), not slow start's doubling", w, s.c.Cwnd(), w*25/16)
+		}
+	}
+}
+
+// TestCongestionProbeGrowth: the probe grows by a quarter of the packets
+// acknowledged however they are acknowledged, one at a time or a window
+// at once; slow start after a timeout, with no probe, doubles.
+func TestCongestionProbeGrowth(t *testing.T) {
+	for _, per := range []int{1, 3, 64} {
+		s := newCCSim(4096)
+		s.full(64)
+		s.c.probeQueue = int64(5 * time.Millisecond)
+		s.c.ssthresh = slowStartLimit
+		for acked := 0; acked < 400; acked += per {
+			s.high += uint32(per)
+			s.c.OnPacketsAcked(per, s.high-1, s.high+64)
+		}
+		acked := 400 + (per-400%per)%per
+		if want := 64 + acked/probeGrowthDivisor; s.c.cwnd != want {
+			t.Errorf("probe, %d packets acknowledged %d at a time from 64: cwnd %d, want %d", acked, per, s.c.cwnd, want)
+		}
+	}
+	s := newCCSim(4096)
+	s.full(64)
+	s.c.OnTimeout(s.high)
+	s.c.ssthresh = slowStartLimit
+	s.high += 32
+	s.c.OnPacketsAcked(32, s.high-1, s.high+64)
+	if want := ccMinWindow + 32; s.c.cwnd != want {
+		t.Errorf("slow start after a timeout, 32 acknowledged from %d: cwnd %d, want %d", ccMinWindow, s.c.cwnd, want)
 	}
 }
 
