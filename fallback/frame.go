@@ -120,8 +120,9 @@ const (
 	CapPacketMTU uint32 = 1 << 8
 	// CapHoldEcho means the sender's queue pair, with congestion control,
 	// echoes how long it held requests before it acknowledged them, and
-	// its controller learns the holds of both hosts; both sides must send it (and CapCongestionControl) for the
-	// connection to use it. It carries no extension bytes.
+	// its controller learns the holds of both hosts; both sides must send
+	// it (and CapCongestionControl) for the connection to use it. It
+	// carries no extension bytes.
 	CapHoldEcho uint32 = 1 << 9
 )
 

@@ -200,7 +200,10 @@ const (
 // delayGated is the controller described above.
 type delayGated struct {
 	cwnd, ssthresh, max int
-	acked               int // growth toward the next +1, in sixteenths of a packet
+	// acked is the growth toward the next +1, in sixteenths of a packet;
+	// in the probe, the packets acknowledged toward it
+	// (probeGrowthDivisor).
+	acked int
 
 	// Minimum round trip: the least of the current window and the
 	// previous one.

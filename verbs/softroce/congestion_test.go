@@ -699,11 +699,11 @@ func TestCongestionProbeGrowth(t *testing.T) {
 		s.full(64)
 		s.c.probeQueue = int64(5 * time.Millisecond)
 		s.c.ssthresh = slowStartLimit
-		for acked := 0; acked < 400; acked += per {
+		acked := 0
+		for ; acked < 400; acked += per {
 			s.high += uint32(per)
 			s.c.OnPacketsAcked(per, s.high-1, s.high+64)
 		}
-		acked := 400 + (per-400%per)%per
 		if want := 64 + acked/probeGrowthDivisor; s.c.cwnd != want {
 			t.Errorf("probe, %d packets acknowledged %d at a time from 64: cwnd %d, want %d", acked, per, s.c.cwnd, want)
 		}

@@ -55,10 +55,9 @@ type holdState struct {
 // SetHoldEcho turns hold echoes on or off for the QP: its responder
 // echoes how long it held requests before acknowledging them, and its
 // requester tells its congestion controller the peer's holds and its
-// own. It applies only with congestion
-// control (SetCongestionControl), between rsock peers that both asked
-// for it (rsock negotiates it in its handshake). It may be called in
-// RESET, INIT or RTR.
+// own. It applies only with congestion control (SetCongestionControl),
+// between rsock peers that both asked for it (rsock negotiates it in its
+// handshake). It may be called in RESET, INIT or RTR.
 func (q *QP) SetHoldEcho(on bool) error {
 	return q.setOption(&q.holdEcho, on)
 }
