@@ -65,8 +65,11 @@
 #   retransmits, what limited them), the sender's TCP counters over the
 #   case (nstat: recovery episodes, TcpExtTCPSackRecovery, to set beside
 #   rsock's cong_events; retransmitted segments, timeouts, loss probes,
-#   fast retransmits) and every veth's drops: loss that is not the
-#   bottleneck's)
+#   fast retransmits), every veth's drops (loss that is not the
+#   bottleneck's) and, on the router topology, each protocol's packets
+#   lost between the router and the receiver: nftables counters on both
+#   sides, since tbf counts its drops but not whose (TCP is the TCP
+#   flows', UDP the rsock flows'))
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -267,6 +270,49 @@ drops() {
 	tc -n "$QNS" -s -j qdisc show dev "$QDEV" | jq '[.[] | select(.kind == "tbf") | .drops] | add'
 }
 
+# flowcount_start: with DIAG=1 on the router topology, nftables counters
+# of the packets toward the receiver by protocol (TCP, UDP: rsock), where
+# the router forwards them (before the queue) and where the receiver takes
+# them in (after it; its veth has no GRO, so these are frames). tbf counts
+# its drops but not whose: the difference is each protocol's.
+flowcount_start() {
+	if [ "$TOPOLOGY" = direct ] || ! command -v nft >/dev/null; then
+		return 0
+	fi
+	local ns hook
+	for ns in "$R" "$B"; do
+		hook=forward
+		[ "$ns" = "$B" ] && hook=prerouting
+		ip netns exec "$ns" nft delete table inet bbdiag 2>/dev/null || true
+		ip netns exec "$ns" nft -f - <<-EOT
+			table inet bbdiag {
+				counter to_tcp {}
+				counter to_udp {}
+				chain c {
+					type filter hook $hook priority 0; policy accept;
+					ip daddr $SERVER meta l4proto tcp counter name to_tcp
+					ip daddr $SERVER meta l4proto udp counter name to_udp
+				}
+			}
+		EOT
+	done
+}
+# flowcount_report: each protocol's packets lost between the router's
+# forwarding and the receiver (the bottleneck's drops, and any veth's),
+# once the queue has drained.
+flowcount_report() {
+	if [ "$TOPOLOGY" = direct ] || ! command -v nft >/dev/null; then
+		return 0
+	fi
+	sleep 0.2
+	local p in out
+	for p in tcp udp; do
+		in=$(ip netns exec "$R" nft -j list counter inet bbdiag "to_$p" 2>/dev/null | jq '[.nftables[] | select(.counter) | .counter.packets] | add // 0')
+		out=$(ip netns exec "$B" nft -j list counter inet bbdiag "to_$p" 2>/dev/null | jq '[.nftables[] | select(.counter) | .counter.packets] | add // 0')
+		echo "diag bottleneck $p: forwarded ${in:-?}, received ${out:-?}, lost $((${in:-0} - ${out:-0}))" >&2
+	done
+}
+
 port=18600
 # flows CASE PORT NAME: runs the case's flows together, on ports from PORT up;
 # prints "transport gbps" per flow, in order.
@@ -292,6 +338,7 @@ flows() {
 	done
 	i=0
 	local p=$((port - 2 * ${#kinds[@]}))
+	[ -n "${DIAG:-}" ] && flowcount_start
 	local tcpctr="TcpExtTCPSackRecovery TcpRetransSegs TcpExtTCPTimeouts TcpExtTCPLossProbes TcpExtTCPFastRetrans TcpExtTCPLostRetransmit TcpExtTCPSpuriousRTOs"
 	[ -n "${DIAG:-}" ] && ip netns exec "$A" nstat -az $tcpctr 2>/dev/null | awk 'NR>1{print $1, $2}' >"$tmp/tcpctr.before"
 	for k in "${kinds[@]}"; do
@@ -349,6 +396,7 @@ flows() {
 		echo "diag tcp counters: $(ip netns exec "$A" nstat -az $tcpctr 2>/dev/null | awk 'NR>1{print $1, $2}' |
 			awk 'NR==FNR{b[$1]=$2; next} {printf "%s=%d ", $1, $2-b[$1]}' "$tmp/tcpctr.before" -)" >&2
 		rm -f "$tmp"/stat*.out "$tmp"/sstat*.out "$tmp"/tcpss*.out
+		flowcount_report
 		echo "diag links: $(for ns in "$A" "$R" "$B"; do ip -n "$ns" -s -j link show | jq -r '.[] | "\(.ifname) txdrop=\(.stats64.tx.dropped) rxdrop=\(.stats64.rx.dropped)"' | tr '\n' ' '; done)" >&2
 	fi
 	for s in "${servers[@]}"; do
