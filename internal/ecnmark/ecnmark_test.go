@@ -3,13 +3,16 @@
 package ecnmark
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -176,6 +179,71 @@ func TestVirtualQueue(t *testing.T) {
 	}
 	if ecn4(got) != 2 {
 		t.Errorf("ECN codepoint %d after the queue drained, want ECT(0) untouched", ecn4(got))
+	}
+}
+
+// TestVirtualQueueConcurrent runs the program on two CPUs at once, as a
+// device whose packets two CPUs transmit does: every frame must advance
+// the virtual queue by its time at the rate, none lost to the other
+// CPU's update of the same state. At 100 kbit/s a 114-byte frame takes
+// 9.12 ms and the queue never drains during the runs, so the queue ends
+// where the first frame began it plus every frame's time.
+func TestVirtualQueueConcurrent(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: the program's runs cannot overlap")
+	}
+	m := newMarker(t, Config{Rate: 100e3, Threshold: time.Millisecond, Limit: time.Hour})
+	const runs, repeat = 2, 20000
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	start := ts.Nano()
+	errs := make(chan error, runs)
+	for range runs {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			in := frame4(0x02)
+			_, err := m.prog.Run(&ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)), Repeat: repeat})
+			errs <- err
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	end := ts.Nano()
+	var s state
+	if err := m.m.Lookup(uint32(0), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Packets != runs*repeat {
+		t.Fatalf("%d packets counted, want %d", s.Packets, runs*repeat)
+	}
+	frame := int64(len(frame4(0))) * psPerByte(100e3) / 1000
+	began := int64(s.DrainAt) - runs*repeat*frame
+	if began < start || began > end {
+		t.Errorf("the queue drains at %d ns: %d frames of %v each after %d, outside the runs (%d to %d): %.1f frames' updates lost",
+			s.DrainAt, runs*repeat, time.Duration(frame), began, start, end, float64(start-began)/float64(frame))
+	}
+}
+
+// TestCmpXchgEncoding: the compare-and-exchange the queue advances by
+// reaches the kernel as one (BPF_CMPXCHG in the immediate), not as the
+// atomic add cilium/ebpf v0.22.0's Mem alone encodes.
+func TestCmpXchgEncoding(t *testing.T) {
+	var b bytes.Buffer
+	if _, err := cmpXchg(asm.R7, asm.R3, asm.DWord, 0).Marshal(&b, binary.LittleEndian); err != nil {
+		t.Fatal(err)
+	}
+	const bpfCmpXchg = 0xf0 | 0x01 // BPF_CMPXCHG | BPF_FETCH
+	if imm := binary.LittleEndian.Uint32(b.Bytes()[4:8]); imm != bpfCmpXchg {
+		t.Errorf("immediate %#x, want %#x", imm, bpfCmpXchg)
 	}
 }
 
