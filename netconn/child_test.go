@@ -21,17 +21,19 @@ const childEnv = "RSOCK_NETCONN_TEST_CHILD"
 
 var streamSmall = rsock.Config{RingSize: 64 << 10}
 
+// childRoles are the child process's other roles, by the part of
+// childEnv before its first colon (the role gets the rest), registered
+// by the files that use them (memif_test.go and shm_conn_test.go, which
+// build on Linux only).
+var childRoles = map[string]func(arg string){}
+
 // runChild is the child process of TestPeerKilled: with "listen" in its
 // environment it listens on loopback, prints the address and accepts one
 // connection; otherwise it dials the address in its environment. It
 // prints its transport and streams both ways until killed.
 func runChild() {
-	if os.Getenv(childEnv) == "memif-attack" {
-		runMemifAttacker()
-		return
-	}
-	if addr, ok := strings.CutPrefix(os.Getenv(childEnv), "idle:"); ok {
-		runIdleDialer(addr)
+	if name, arg, _ := strings.Cut(os.Getenv(childEnv), ":"); childRoles[name] != nil {
+		childRoles[name](arg)
 		return
 	}
 	var c net.Conn

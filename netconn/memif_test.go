@@ -198,6 +198,8 @@ const (
 	attackSecretEnv = "RSOCK_NETCONN_TEST_MEMIF_SECRET"
 )
 
+func init() { childRoles["memif-attack"] = func(string) { runMemifAttacker() } }
+
 // runMemifAttacker is a local process that learned a memif offer's
 // socket and secret: it connects and prints whether it got in.
 func runMemifAttacker() {

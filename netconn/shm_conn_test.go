@@ -160,6 +160,8 @@ func TestShmOfferHostile(t *testing.T) {
 // idleConns is how many connections TestIdleShmConns holds.
 const idleConns = 100
 
+func init() { childRoles["idle"] = runIdleDialer }
+
 // runIdleDialer is the child of TestIdleShmConns: it dials idleConns
 // connections to addr, echoes 4 KiB on each, says "ready", and then
 // waits on all of them (a goroutine blocked in each Read) until stdin
