@@ -51,6 +51,10 @@
 #
 # Settings (environment):
 #   RATES=400mbit  QUEUES=5ms  DURATION=10s  MTU=1500  TOPOLOGY=router  ECN=0  ECN_K=1ms  RPS=1
+#   (A large queue at a fast link takes longer than 20 s to reach a steady
+#   state: at 1 Gbit/s with a 20 ms queue two TCP flows split 0.32/0.68 in
+#   one 20 s run at MTU 9000; where the slow starts ended sets the share.
+#   DURATION=60s there.)
 #   TCP_CC=cubic (the TCP flows' congestion control, rsockbench client
 #   -tcp-cc: a namespace runs the host's default, which is not CUBIC
 #   everywhere; this machine's was bbr, and every table before this
