@@ -231,12 +231,12 @@ func program(mapFD int, cfg Config) asm.Instructions {
 		// again, up to casTries times.
 		asm.Mov.Reg(asm.R0, asm.R1),
 		cmpXchg(st, asm.R3, asm.DWord, offDrainAt),
-		asm.JEq.Reg(asm.R0, asm.R1, "stored"),
+		asm.JEq.Reg(asm.R0, asm.R1, "judge"),
 		asm.Sub.Imm(asm.R5, 1),
 		asm.JNE.Imm(asm.R5, 0, "read"),
-		asm.Mov.Reg(asm.R3, asm.R4).WithSymbol("stored"),
-		asm.LoadImm(asm.R4, int64(cfg.Threshold), asm.DWord),
-		asm.JSLE.Reg(asm.R3, asm.R4, "out"),
+		// Stored, or given up: is the wait over the threshold?
+		asm.LoadImm(asm.R3, int64(cfg.Threshold), asm.DWord).WithSymbol("judge"),
+		asm.JSLE.Reg(asm.R4, asm.R3, "out"),
 		// Over the threshold: mark ECT(0) and ECT(1); Not-ECT and CE
 		// pass as they are.
 		asm.JEq.Imm(ecn, 0, "out"),

@@ -35,6 +35,16 @@ func newMarker(t *testing.T, cfg Config) *Marker {
 	return m
 }
 
+// monotonic is CLOCK_MONOTONIC in ns, the clock bpf_ktime_get_ns reads.
+func monotonic(t *testing.T) int64 {
+	t.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return ts.Nano()
+}
+
 // frame4 is an Ethernet frame with an IPv4/UDP packet of 100 bytes whose
 // TOS byte is tos, its header checksum correct.
 func frame4(tos byte) []byte {
@@ -162,11 +172,7 @@ func TestVirtualQueue(t *testing.T) {
 	if err := m.m.Lookup(uint32(0), &s); err != nil {
 		t.Fatal(err)
 	}
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	if q := time.Duration(int64(s.DrainAt) - ts.Nano()); q > limit || q < limit/2 {
+	if q := time.Duration(int64(s.DrainAt) - monotonic(t)); q > limit || q < limit/2 {
 		t.Errorf("virtual queue %v after 1000 frames at once, want about the limit %v", q, limit)
 	}
 	if s.Packets != 1000 || s.ECT != 1000 || s.Marked != 1 {
@@ -194,11 +200,7 @@ func TestVirtualQueueConcurrent(t *testing.T) {
 	}
 	m := newMarker(t, Config{Rate: 100e3, Threshold: time.Millisecond, Limit: time.Hour})
 	const runs, repeat = 2, 20000
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	start := ts.Nano()
+	start := monotonic(t)
 	errs := make(chan error, runs)
 	for range runs {
 		go func() {
@@ -214,10 +216,7 @@ func TestVirtualQueueConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	end := ts.Nano()
+	end := monotonic(t)
 	var s state
 	if err := m.m.Lookup(uint32(0), &s); err != nil {
 		t.Fatal(err)
