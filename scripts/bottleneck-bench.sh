@@ -279,10 +279,9 @@ drops() {
 # the router forwards them (before the queue) and where the receiver takes
 # them in (after it; its veth has no GRO, so these are frames). tbf counts
 # its drops but not whose: the difference is each protocol's.
+flowcount_on() { [ "$TOPOLOGY" != direct ] && command -v nft >/dev/null; }
 flowcount_start() {
-	if [ "$TOPOLOGY" = direct ] || ! command -v nft >/dev/null; then
-		return 0
-	fi
+	flowcount_on || return 0
 	local ns hook
 	for ns in "$R" "$B"; do
 		hook=forward
@@ -301,18 +300,20 @@ flowcount_start() {
 		EOT
 	done
 }
+# flowcount NS PROTO: the packets namespace NS's counter of PROTO counted.
+flowcount() {
+	ip netns exec "$1" nft -j list counter inet bbdiag "to_$2" 2>/dev/null | jq '[.nftables[] | select(.counter) | .counter.packets] | add // 0'
+}
 # flowcount_report: each protocol's packets lost between the router's
 # forwarding and the receiver (the bottleneck's drops, and any veth's),
 # once the queue has drained.
 flowcount_report() {
-	if [ "$TOPOLOGY" = direct ] || ! command -v nft >/dev/null; then
-		return 0
-	fi
+	flowcount_on || return 0
 	sleep 0.2
 	local p in out
 	for p in tcp udp; do
-		in=$(ip netns exec "$R" nft -j list counter inet bbdiag "to_$p" 2>/dev/null | jq '[.nftables[] | select(.counter) | .counter.packets] | add // 0')
-		out=$(ip netns exec "$B" nft -j list counter inet bbdiag "to_$p" 2>/dev/null | jq '[.nftables[] | select(.counter) | .counter.packets] | add // 0')
+		in=$(flowcount "$R" "$p")
+		out=$(flowcount "$B" "$p")
 		echo "diag bottleneck $p: forwarded ${in:-?}, received ${out:-?}, lost $((${in:-0} - ${out:-0}))" >&2
 	done
 }
