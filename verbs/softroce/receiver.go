@@ -18,6 +18,10 @@ type receiver struct {
 	out  []link.Packet
 	outN int
 	owed []*QP // QPs that owe a coalesced ACK
+	// reads are QPs answering a READ whose first burst is in out: their
+	// timer, which sends the rest, is armed once out is sent, so that no
+	// later burst overtakes it.
+	reads []*QP
 	// busy is held while a batch is handled and its responses sent, so
 	// that Device.Close lets a batch finish before it closes the link.
 	busy sync.Mutex
@@ -96,6 +100,13 @@ func (rx *receiver) process(pkts []link.Packet) {
 	}
 	rx.owed = rx.owed[:0]
 	rx.flush()
+	for i, q := range rx.reads {
+		q.mu.Lock()
+		q.continueReadLater()
+		q.mu.Unlock()
+		rx.reads[i] = nil
+	}
+	rx.reads = rx.reads[:0]
 }
 
 // handle checks one packet and hands it to its QP.

@@ -380,18 +380,29 @@ type readProgress struct {
 }
 
 // startRead answers READ x from its response packet first on: up to
-// readBurst packets into rx's batch, the rest from the timer. While a READ
-// is answered, later requests wait (dropped: the requester sends them
-// again), since responses go out in PSN order.
+// readBurst packets into rx's batch, the rest from the timer, which rx
+// arms once it has sent that batch. While a READ is answered, later
+// requests wait (dropped: the requester sends them again), since
+// responses go out in PSN order.
 func (q *QP) startRead(rx *receiver, x *rdAtomicRes, first uint32) {
 	r := &q.resp
 	npkts := uint32(psnDiff(x.last, x.psn)) + 1
 	r.reading = readProgress{active: true, res: *x, next: first, npkts: npkts}
+	r.readDue = 0
 	q.sendReadBurst(rx.packet, rx.unget, rx)
 	if r.reading.active {
-		r.readDue = nanotime()
-		q.armTimer()
+		rx.reads = append(rx.reads, q)
 	}
+}
+
+// continueReadLater has the timer send the next burst of the READ being
+// answered, if one is. The caller holds q.mu.
+func (q *QP) continueReadLater() {
+	if q.closed || !q.resp.reading.active || q.resp.readDue != 0 {
+		return
+	}
+	q.resp.readDue = nanotime()
+	q.armTimer()
 }
 
 // continueRead sends the next burst of the READ being answered, from the
@@ -401,10 +412,7 @@ func (q *QP) continueRead() {
 		return
 	}
 	q.sendReadBurst(q.txPacket, func() { q.txN-- }, nil)
-	if q.resp.reading.active {
-		q.resp.readDue = nanotime()
-		q.armTimer()
-	}
+	q.continueReadLater()
 	q.transmit()
 }
 
