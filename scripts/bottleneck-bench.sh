@@ -37,7 +37,14 @@
 #
 # Columns: each flow's goodput (GB/s, 10^9 B/s, the server's count),
 # the packets the bottleneck dropped (tc -s qdisc), rsock's share of the
-# goodput (TCP + rsock only) and Jain's fairness index of the two flows.
+# goodput (TCP + rsock only; quic's in TCP + quic) and Jain's fairness
+# index of the two flows.
+#
+# A case may name quic as a flow (CASES=tcp+quic): one QUIC stream of
+# 64 KiB writes by bench/quicflow (quic-go: CUBIC, pacing, UDP GSO). It
+# is the control for rsock's share: a well-kept user-space transport over
+# UDP, beside the same TCP flow on the same machine. Its goodput is the
+# client's bytes over the time until the server had read them all.
 #
 # ECN=1 puts a CE marker (cmd/ecnmark: a tc BPF program on the queue's
 # device, at its egress before the tbf) in front of the bottleneck: a
@@ -61,6 +68,7 @@
 #   setting measured rsock against BBR)
 #   CASES=tcp,rsock,tcp+rsock,tcp+tcp,rsock+rsock
 #   RSOCKBENCH=FILE (use this binary instead of building one)
+#   QUICFLOW=FILE (likewise for bench/quicflow, built only if a case names quic)
 #   LOGDIR=DIR (keep each client's output there)
 #   DIAG=1 (after each case, print to stderr the UDP buffer errors at the
 #   sender and the receiver, both rsock ends' stats a second before the
@@ -73,7 +81,7 @@
 #   bottleneck's) and, on the router topology, each protocol's packets
 #   lost between the router and the receiver: nftables counters on both
 #   sides, since tbf counts its drops but not whose (TCP is the TCP
-#   flows', UDP the rsock flows'))
+#   flows', UDP the rsock or quic flows'))
 #
 # Namespaces are named bneck-<random>-a/-b and removed on exit (also on
 # Ctrl-C); the rsockbench processes are ended by their PIDs.
@@ -156,6 +164,16 @@ else
 	go build -o "$tmp/rsockbench" ./cmd/rsockbench
 fi
 bench="$tmp/rsockbench"
+case ",$CASES," in
+*quic*)
+	if [ -n "${QUICFLOW:-}" ]; then
+		cp "$QUICFLOW" "$tmp/quicflow"
+	else
+		echo "bottleneck-bench: building quicflow" >&2
+		go build -o "$tmp/quicflow" ./bench/quicflow
+	fi
+	;;
+esac
 if [ "$ECN" = 1 ]; then
 	echo "bottleneck-bench: building ecnmark" >&2
 	go build -o "$tmp/ecnmark" ./cmd/ecnmark
@@ -328,7 +346,11 @@ flows() {
 		port=$((port + 2))
 		local dbg=()
 		[ -n "${DIAG:-}" ] && dbg=(-debug-addr "127.0.0.1:$((port + 1000))")
-		ip netns exec "$B" "$bench" server -addr "$SERVER:$port" -sessions 1 "${dbg[@]}" >"$tmp/server$i.out" 2>&1 &
+		if [ "$k" = quic ]; then
+			ip netns exec "$B" "$tmp/quicflow" server -addr "$SERVER:$port" >"$tmp/server$i.out" 2>&1 &
+		else
+			ip netns exec "$B" "$bench" server -addr "$SERVER:$port" -sessions 1 "${dbg[@]}" >"$tmp/server$i.out" 2>&1 &
+		fi
 		servers+=($!)
 		pids+=($!)
 		i=$((i + 1))
@@ -336,7 +358,7 @@ flows() {
 	for _ in $(seq 50); do
 		local up=0
 		for j in $(seq 0 $((i - 1))); do
-			grep -q "rsockbench server: rsock on" "$tmp/server$j.out" && up=$((up + 1))
+			grep -qE "rsockbench server: rsock on|quicflow: listening" "$tmp/server$j.out" && up=$((up + 1))
 		done
 		[ "$up" = "$i" ] && break
 		sleep 0.2
@@ -351,8 +373,12 @@ flows() {
 		rm -f "$tmp/flow$i.json"
 		local cdbg=()
 		[ -n "${DIAG:-}" ] && cdbg=(-debug-addr "127.0.0.1:$((p + 2000))")
-		ip netns exec "$A" "$bench" client -addr "$SERVER:$p" -transports "$k" -modes stream \
-			-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" -tcp-cc "$TCP_CC" "${cdbg[@]}" >"$tmp/client$i.out" 2>&1 &
+		if [ "$k" = quic ]; then
+			ip netns exec "$A" "$tmp/quicflow" client -addr "$SERVER:$p" -duration "$DURATION" -json "$tmp/flow$i.json" >"$tmp/client$i.out" 2>&1 &
+		else
+			ip netns exec "$A" "$bench" client -addr "$SERVER:$p" -transports "$k" -modes stream \
+				-sizes 64KiB -conns 1 -duration "$DURATION" -json "$tmp/flow$i.json" -tcp-cc "$TCP_CC" "${cdbg[@]}" >"$tmp/client$i.out" 2>&1 &
+		fi
 		clients+=($!)
 		pids+=($!)
 		files+=("$tmp/flow$i.json")
@@ -446,12 +472,12 @@ for rate in "${rates[@]}"; do
 						if (k[i] == "rsock" && tr[i] !~ /^rdma/) label = "rsock(" tr[i] ")"
 						s = s (i > 1 ? ", " : "") label " " sprintf("%.4f", g[i])
 						sum += g[i]; sq += g[i] * g[i]
-						if (k[i] == "rsock") rs += g[i]
+						if (k[i] == "rsock" || k[i] == "quic") rs += g[i]
 					}
 					share = "-"; jain = "-"
 					if (n == 2 && sum > 0) {
 						jain = sprintf("%.3f", sum * sum / (2 * sq))
-						if (kinds == "tcp+rsock") share = sprintf("%.2f", rs / sum)
+						if (kinds == "tcp+rsock" || kinds == "tcp+quic") share = sprintf("%.2f", rs / sum)
 					}
 					printf "%s|%s|%s", s, share, jain
 				}')
