@@ -80,7 +80,7 @@ func fail(err error) {
 }
 
 // config is both ends' QUIC configuration: quic-go's defaults (CUBIC,
-// pacing, flow-control windows that grow to 15 MiB) with an idle timeout
+// pacing, flow-control windows of up to 6 MiB a stream) with an idle timeout
 // longer than any loss episode of the bench.
 var config = &quic.Config{MaxIdleTimeout: 30 * time.Second}
 
